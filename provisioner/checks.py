@@ -1,0 +1,35 @@
+"""The result of judging one thing on one host: pass, fail or skip, always with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Status = Literal["pass", "fail", "skip"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def passed(name: str, detail: str) -> Check:
+    return Check(name, "pass", detail)
+
+
+def failed(name: str, detail: str) -> Check:
+    return Check(name, "fail", detail)
+
+
+def skipped(name: str, detail: str) -> Check:
+    return Check(name, "skip", detail)
+
+
+def at_least(name: str, have: float, want: float, unit: str) -> Check:
+    text = f"{have:g} {unit} (profile needs >= {want:g})"
+    return passed(name, text) if have >= want else failed(name, text)

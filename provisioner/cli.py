@@ -1,0 +1,189 @@
+"""The `provision` command line. Thin: parse arguments, call the library, render the result.
+
+Errors a person can fix arrive as ProvisionError and are printed once, as one message
+with the fix, exit code 1; --debug shows the traceback too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from provisioner import __version__
+from provisioner.errors import ProvisionError
+
+app = typer.Typer(help="Take GPU servers to a verified, ready-to-train state from one profile.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True)
+profiles_app = typer.Typer(help="List, show and validate profiles.", invoke_without_command=True)
+lab_app = typer.Typer(help="Local test hosts (podman containers with systemd, no GPU).", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+app.add_typer(lab_app, name="lab")
+
+out = Console()
+err = Console(stderr=True)
+_state = {"debug": False}
+
+
+def friendly(fn: Callable) -> Callable:
+    """Turn ProvisionError into one clear message and exit 1 (a traceback only with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ProvisionError as exc:
+            if _state["debug"]:
+                raise
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"provision {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    _state["debug"] = debug
+
+
+# --- profiles ------------------------------------------------------------------------
+
+@profiles_app.callback()
+@friendly
+def profiles_list(ctx: typer.Context) -> None:
+    """List the built-in profiles (name, GPUs, CUDA, driver, purpose)."""
+    if ctx.invoked_subcommand:
+        return
+    from rich.table import Table
+
+    from provisioner import profiles
+
+    table = Table("profile", "GPUs", "CUDA", "driver", "purpose", title="built-in profiles", title_justify="left")
+    for name in profiles.builtin_names():
+        p = profiles.load(name).profile
+        gpus = f"{p.hardware.gpu.count}x {p.hardware.gpu.model}" if p.expects_gpu else "none"
+        table.add_row(name, gpus, ", ".join(p.cuda.toolkits), f"{p.driver.version} ({p.driver.source})", p.description)
+    out.print(table)
+
+
+@profiles_app.command("show")
+@friendly
+def profiles_show(ref: Annotated[str, typer.Argument(help="A built-in name or a path to a profile file.")]) -> None:
+    """Print the fully resolved profile (extends applied, defaults filled in) as YAML."""
+    from provisioner import profiles
+
+    loaded = profiles.load(ref)
+    sys.stdout.write(f"# resolved from: {', '.join(str(f) for f in loaded.files)}\n")
+    sys.stdout.write(f"# sha256: {loaded.digest}\n")
+    sys.stdout.write(profiles.to_yaml(loaded.profile))
+
+
+@profiles_app.command("validate")
+def profiles_validate(paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")]) -> None:
+    """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid."""
+    from provisioner import profiles
+
+    bad = 0
+    for ref in paths:
+        try:
+            loaded = profiles.load(ref)
+            out.print(f"[green]ok[/]    {ref} ({loaded.profile.name})", highlight=False)
+        except ProvisionError as exc:
+            bad += 1
+            err.print(f"[red]error[/] {ref}: {exc}", highlight=False)
+    raise typer.Exit(1 if bad else 0)
+
+
+# --- render and the commands that talk to hosts ----------------------------------------
+
+Profile = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name or path to a profile file.")]
+InventoryArg = Annotated[Path, typer.Argument(help="Ansible inventory: hosts.ini or a YAML inventory.")]
+Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).")]
+Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, help="Hosts worked on in parallel.")]
+Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.")]
+RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR",
+                                       help="Where run records are kept.")]
+
+
+@app.command()
+@friendly
+def render(
+    profile: Profile,
+    inventory: InventoryArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the inventory into.")],
+    forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
+) -> None:
+    """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""
+    from provisioner import engine
+    from provisioner.render import render as render_dir
+
+    target = engine.prepare(profile, inventory)
+    for line in target.inventory.dropped_secrets:
+        err.print(f"[yellow]warning:[/] left out secret {line}; pass it with ansible-vault, "
+                  "--ask-become-pass or the environment", highlight=False)
+    files = render_dir(target.loaded, target.inventory, output, forks)
+    for path in files:
+        out.print(str(path), highlight=False)
+    out.print(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook "
+              f"{Path(__file__).resolve().parent.parent / 'playbooks' / 'site.yml'}", highlight=False, soft_wrap=True)
+
+
+def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | None, forks: int | None,
+                   as_json: bool, runs_dir: Path) -> None:
+    from provisioner import engine
+    from provisioner.progress import Progress
+    from provisioner.report import render_table
+
+    target = engine.prepare(profile, inventory)  # everything validated before any host is touched
+    for line in target.inventory.dropped_secrets:
+        err.print(f"[yellow]warning:[/] not passing secret {line} from the inventory file; "
+                  "use ansible-vault, --ask-become-pass or the environment", highlight=False)
+    console = err if as_json else out
+    with Progress(console) as progress:
+        report = engine.execute(command, target, runs_dir=runs_dir, limit=limit, forks=forks, hook=progress)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    else:
+        render_table(report, out)
+    raise typer.Exit(report.exit_code)
+
+
+def _host_command(command: str, doc: str) -> None:
+    @friendly
+    def handler(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+                as_json: Json = False, runs_dir: RunsDir = Path("provision-runs")) -> None:
+        _talk_to_hosts(command, profile, inventory, limit, forks, as_json, runs_dir)
+
+    handler.__doc__ = doc
+    app.command(command)(handler)
+
+
+_host_command("preflight", "Read-only: check the hosts' hardware and OS against the profile.")
+_host_command("up", "Converge the hosts to the profile, then verify them (preflight -> converge -> verify).")
+_host_command("check", "Drift: run the converge in check mode and report every difference; changes nothing.")
+_host_command("verify", "Verify the hosts against the profile (nvidia-smi and friends); changes nothing.")
+
+
+def main() -> None:
+    os.environ.setdefault("ANSIBLE_NOCOLOR", "1")
+    app(prog_name="provision")
+
+
+if __name__ == "__main__":
+    main()

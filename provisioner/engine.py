@@ -1,0 +1,146 @@
+"""The commands that talk to hosts: preflight, up, check, verify.
+
+Everything is validated (profile, compatibility, inventory) before any host is
+touched. Each command gets its own run folder holding the rendered inventory, the
+ansible-runner artifacts of every playbook it ran, and report.json; report.json is
+written when the run starts and after every step, so a run killed halfway still says
+how far it got.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from provisioner import inventory as inventory_mod
+from provisioner import preflight as preflight_mod
+from provisioner import profiles
+from provisioner import verify as verify_mod
+from provisioner.checks import failed
+from provisioner.render import render
+from provisioner.report import HostReport, Report
+from provisioner.run import EventHook, PlaybookRun, run_playbook
+
+Command = Literal["preflight", "up", "check", "verify"]
+STEPS: dict[str, tuple[str, ...]] = {
+    "preflight": ("preflight",),
+    "up": ("preflight", "site", "verify"),
+    "check": ("check",),
+    "verify": ("verify",),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    loaded: profiles.Loaded
+    inventory: inventory_mod.Inventory
+
+
+def prepare(profile_ref: str, inventory_path: Path) -> Target:
+    """Validate everything the run needs; raises ProvisionError before any host is touched."""
+    return Target(profiles.load(profile_ref), inventory_mod.load(inventory_path))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_dir(base: Path, command: str, profile: str) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for n in range(1, 1000):
+        path = base / (f"{stamp}-{command}-{profile}" + (f"-{n}" if n > 1 else ""))
+        try:
+            path.mkdir(mode=0o700)
+            return path.resolve()
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run folder under {base}")
+
+
+def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
+    """Merge one playbook's results into the per-host report."""
+    by_name = {h.name: h for h in report.hosts}
+    profile = target.loaded.profile
+    for name, result in sorted(run.hosts.items()):
+        host = by_name.get(name)
+        if host is None:
+            host = HostReport(name, "ok")
+            report.hosts.append(host)
+            by_name[name] = host
+        host.failures.extend(result.failures)
+        if result.status in ("unreachable", "failed"):
+            host.status = result.status
+            continue
+        if step == "preflight":
+            host.checks.extend(preflight_mod.judge(profile, result.reported.get("provisioner_preflight", {})))
+        elif step == "site":
+            host.changed_tasks.extend(result.changed_tasks)
+            if result.changed_tasks and host.status == "ok":
+                host.status = "changed"
+        elif step == "check":
+            host.changed_tasks.extend(result.changed_tasks)
+            recorded = (result.facts.get("ansible_local") or {}).get("provisioner") or {}
+            host.checks.extend(_recorded_profile_check(recorded, target))
+            if result.changed_tasks:
+                host.status = "drift"
+        elif step == "verify":
+            host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
+    report.errors.extend(run.errors)
+    report.hosts.sort(key=lambda h: h.name)
+
+
+def _recorded_profile_check(recorded: dict, target: Target):
+    name, digest = target.loaded.profile.name, target.loaded.digest
+    if not recorded:
+        return [failed("recorded profile", "this host was never converged by provision (no local fact)")]
+    if recorded.get("profile") != name:
+        return [failed("recorded profile", f"converged with profile {recorded.get('profile')!r}, not {name!r}")]
+    if recorded.get("profile_sha256") != digest:
+        return [failed("recorded profile", "the profile changed since this host was converged (re-run provision up)")]
+    return []
+
+
+def _healthy(report: Report, limit: str | None) -> str | None:
+    """The --limit for the next step: hosts with no failure and no failed check so far."""
+    if not report.hosts:
+        return limit
+    good = [h.name for h in report.hosts
+            if h.status not in ("failed", "unreachable") and not any(c.status == "fail" for c in h.checks)]
+    return ",".join(good)
+
+
+def execute(
+    command: Command,
+    target: Target,
+    *,
+    runs_dir: Path,
+    limit: str | None = None,
+    forks: int | None = None,
+    hook: EventHook | None = None,
+) -> Report:
+    loaded = target.loaded
+    run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
+    inventory_dir = run_dir / "inventory"
+    render(loaded, target.inventory, inventory_dir, forks or 20)
+    report = Report(command, loaded.profile.name, loaded.digest, run_dir, started=_now(), interrupted=True)
+    report.write()  # "interrupted" until the last step says otherwise
+    try:
+        for step in STEPS[command]:
+            step_limit = limit if step == STEPS[command][0] else _healthy(report, limit)
+            if step_limit == "":
+                break  # every host already failed; nothing left to run
+            playbook = "site" if step == "check" else step
+            run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
+                               check=step == "check", hook=hook)
+            _fold(report, step, run, target)
+            if run.status in ("canceled", "timeout"):
+                return report
+            report.write()
+        report.interrupted = False
+        return report
+    finally:
+        report.finished = _now()
+        report.write()

@@ -1,0 +1,224 @@
+"""The profile's typed schema: YAML in, validated objects out, trusted downstream.
+
+Every model forbids unknown keys, so a typo is an error that names the field instead
+of a setting that silently does nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+DRIVER_VERSION = r"^\d{3}\.\d{2,3}(\.\d{2,3})?$"
+CUDA_VERSION = r"^\d{2}\.\d$"
+
+
+def _check_ip(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address (use 127.0.0.1, a host address, or 0.0.0.0)") from None
+    return value
+
+
+IPAddress = Annotated[str, AfterValidator(_check_ip)]
+DriverVersion = Annotated[str, Field(pattern=DRIVER_VERSION, examples=["535.129.03"])]
+CudaVersion = Annotated[str, Field(pattern=CUDA_VERSION, examples=["12.2"])]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# --- hardware expectations ---------------------------------------------------------
+
+Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+
+
+class GPU(Strict):
+    count: int = Field(ge=0, le=16, description="GPUs per host; 0 for hosts without a GPU")
+    model: str | None = Field(None, description="as nvidia-smi names it, e.g. 'H100 80GB HBM3'; matched as a substring")
+    architecture: Architecture | None = Field(None, description="derived from the model when left out")
+    memory_gib: int | None = Field(None, ge=1, description="minimum memory per GPU")
+
+    @model_validator(mode="after")
+    def _model_when_gpus(self) -> GPU:
+        if self.count > 0 and not self.model:
+            raise ValueError("a profile that expects GPUs names their model (hardware.gpu.model)")
+        return self
+
+
+class Hardware(Strict):
+    gpu: GPU
+    interconnect: Literal["none", "pcie", "nvlink", "nvswitch"] = "pcie"
+    min_cpu_cores: int = Field(1, ge=1)
+    min_ram_gib: int = Field(1, ge=1)
+    min_free_disk_gib: int = Field(20, ge=0, description="free space on / needed to install the stack")
+    nvme: bool = False
+    infiniband: bool = False
+
+
+OS = Literal["ubuntu-22.04", "debian-12"]
+
+# --- software stack ----------------------------------------------------------------
+
+Source = Literal["cuda_repo", "distro"]
+
+
+class Driver(Strict):
+    branch: int = Field(ge=400, le=999)
+    version: DriverVersion
+    source: Source = "cuda_repo"
+    kernel_modules: Literal["proprietary", "open"] = "proprietary"
+    persistence: bool = True
+
+    @model_validator(mode="after")
+    def _version_in_branch(self) -> Driver:
+        if self.version.split(".")[0] != str(self.branch):
+            raise ValueError(
+                f"driver.version {self.version} is not in branch {self.branch}; "
+                f"set driver.branch: {self.version.split('.')[0]} or pick a {self.branch}.x version"
+            )
+        return self
+
+
+class FabricManager(Strict):
+    enabled: bool | Literal["auto"] = Field("auto", description="auto: on when interconnect is nvswitch")
+    version: DriverVersion | None = Field(None, description="defaults to driver.version; must equal it")
+
+
+class Cuda(Strict):
+    source: Source | None = Field(None, description="defaults to driver.source")
+    toolkits: list[CudaVersion] = Field(min_length=1)
+    default: CudaVersion | None = Field(None, description="the one /usr/local/cuda points at; first toolkit if left out")
+
+    @model_validator(mode="after")
+    def _default_is_installed(self) -> Cuda:
+        if len(set(self.toolkits)) != len(self.toolkits):
+            raise ValueError(f"cuda.toolkits lists a version twice: {self.toolkits}")
+        if self.default is None:
+            self.default = self.toolkits[0]
+        elif self.default not in self.toolkits:
+            raise ValueError(f"cuda.default {self.default} is not one of cuda.toolkits {self.toolkits}")
+        return self
+
+
+class Library(Strict):
+    enabled: bool = True
+    version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+(\.\d+)?$")
+
+    @model_validator(mode="after")
+    def _version_when_enabled(self) -> Library:
+        if self.enabled and not self.version:
+            raise ValueError("an enabled library needs a version (or set enabled: false)")
+        return self
+
+
+class Nccl(Library):
+    tests: bool = Field(False, description="build nccl-tests (all_reduce_perf) for verification")
+    tests_source: str | None = Field(None, description="URL or path of the nccl-tests source tarball")
+    tests_sha256: Sha256 | None = None
+
+
+class Torch(Strict):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    index: str | None = Field(None, pattern=r"^(cpu|cu\d{3})$", description="wheel flavour; chosen from CUDA when left out")
+    packages: list[str] = Field(default_factory=list, description="more wheels from the same index, e.g. torchvision==0.16.2")
+
+
+class PythonEnv(Strict):
+    enabled: bool = True
+    manager: Literal["conda", "venv"] = "conda"
+    python: str = Field("3.10", pattern=r"^3\.\d{1,2}$")
+    name: str = Field("pytorch_env", pattern=r"^[A-Za-z0-9_.-]+$")
+    prefix: str = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
+    owner: str = "root"
+    conda_installer: str | None = Field(None, description="Miniforge installer URL or path")
+    conda_installer_sha256: Sha256 | None = None
+    conda_packages: list[str] = Field(default_factory=list)
+    packages: list[str] = Field(default_factory=list, description="pip packages installed after torch")
+    torch: Torch | None = None
+
+
+class Exporter(Strict):
+    enabled: bool = True
+    listen_address: IPAddress = Field("127.0.0.1", description="0.0.0.0 only when you mean every interface")
+    port: int = Field(9400, ge=1, le=65535)
+    collectors: list[str] = Field(
+        default_factory=lambda: [
+            "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        ],
+        min_length=1,
+    )
+    run_as: Literal["systemd", "container"] = "systemd"
+    binary: str | None = Field(None, description="dcgm-exporter binary URL or path (systemd mode)")
+    binary_sha256: Sha256 | None = None
+
+
+class Dcgm(Strict):
+    enabled: bool = True
+    exporter: Exporter = Field(default_factory=Exporter)
+
+
+class Mirrors(Strict):
+    """Where packages come from; every field has a public default so only air-gapped sites set these."""
+
+    cuda_repo_url: str | None = Field(None, description="base URL of NVIDIA's CUDA apt repository (or a mirror)")
+    apt_proxy: str | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
+    pip_index_url: str | None = None
+    pip_find_links: str | None = Field(None, description="local wheelhouse folder or URL; used before any index")
+    torch_index_url: str | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
+    conda_channels: list[str] = Field(default_factory=lambda: ["conda-forge"])
+    download_base_url: str | None = Field(None, description="where single-file downloads are mirrored")
+    ca_certificates: list[str] = Field(default_factory=list, description="extra CA certificate files (PEM) to trust")
+
+
+class Verify(Strict):
+    nccl_min_busbw_gbps: float | None = Field(None, ge=0, description="all_reduce_perf bus bandwidth floor")
+    require_persistence_mode: bool = True
+    require_ecc: bool | None = Field(None, description="None: report ECC without judging it")
+    dcgm_diag_level: Literal[0, 1, 2, 3] = Field(1, description="0 skips dcgmi diag")
+
+
+class Reboot(Strict):
+    allowed: bool = Field(False, description="may the play reboot hosts that need it")
+    timeout_s: int = Field(900, ge=60)
+
+
+class Profile(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str
+    extends: str | None = Field(None, description="a built-in name or a path relative to this file")
+    os: OS = "ubuntu-22.04"
+    hardware: Hardware
+    driver: Driver
+    fabric_manager: FabricManager = Field(default_factory=FabricManager)
+    cuda: Cuda
+    cudnn: Library = Field(default_factory=lambda: Library(enabled=False))
+    nccl: Nccl = Field(default_factory=lambda: Nccl(enabled=False))
+    tensorrt: Library = Field(default_factory=lambda: Library(enabled=False))
+    python_env: PythonEnv = Field(default_factory=lambda: PythonEnv(enabled=False))
+    dcgm: Dcgm = Field(default_factory=Dcgm)
+    mirrors: Mirrors = Field(default_factory=Mirrors)
+    verify: Verify = Field(default_factory=Verify)
+    reboot: Reboot = Field(default_factory=Reboot)
+
+    @model_validator(mode="after")
+    def _resolve_defaults(self) -> Profile:
+        # Derived values are filled in once here so every consumer sees the same answer.
+        if self.cuda.source is None:
+            self.cuda.source = self.driver.source
+        if self.fabric_manager.enabled == "auto":
+            self.fabric_manager.enabled = self.hardware.interconnect == "nvswitch"
+        if self.fabric_manager.enabled and self.fabric_manager.version is None:
+            self.fabric_manager.version = self.driver.version
+        return self
+
+    @property
+    def expects_gpu(self) -> bool:
+        return self.hardware.gpu.count > 0

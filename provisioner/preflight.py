@@ -1,0 +1,68 @@
+"""Judging a host's hardware and OS against the profile, from what preflight.yml reported."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.checks import Check, at_least, failed, passed, skipped
+from provisioner.models import Profile
+
+# Installed memory reads a little low (the kernel reserves some): 1 TiB shows ~1007 GiB.
+MEMORY_SLACK = 0.95
+# PCI class codes of NVIDIA GPUs ([0300] VGA, [0302] 3D controller) and NVSwitch device ids.
+GPU_CLASSES = ("[0300]", "[0302]")
+NVSWITCH_IDS = ("[10de:1af1]", "[10de:22a3]")
+OS_NAMES = {"ubuntu-22.04": ("Ubuntu", "22.04"), "debian-12": ("Debian", "12")}
+
+
+def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
+    hw = profile.hardware
+    checks: list[Check] = []
+
+    want_distro, want_version = OS_NAMES[profile.os]
+    have = f"{facts.get('distribution')} {facts.get('distribution_version')}"
+    same_os = facts.get("distribution") == want_distro and str(facts.get("distribution_version", "")).startswith(want_version)
+    checks.append((passed if same_os else failed)("os", f"{have} (profile targets {want_distro} {want_version})"))
+
+    checks.append(at_least("cpu cores", int(facts.get("vcpus") or 0), hw.min_cpu_cores, "vCPUs"))
+    ram_gib = int(facts.get("memtotal_mb") or 0) / 1024
+    ram = at_least("memory", round(ram_gib, 1), round(hw.min_ram_gib * MEMORY_SLACK, 1), "GiB")
+    checks.append(ram)
+
+    free = int(facts.get("root_free_bytes") or -1)
+    if free < 0:
+        checks.append(skipped("free disk", "could not read the free space on /"))
+    else:
+        checks.append(at_least("free disk", round(free / 2**30, 1), hw.min_free_disk_gib, "GiB free on /"))
+
+    checks.extend(_pci_checks(profile, facts))
+
+    for flag, label in ((hw.infiniband, "infiniband"), (hw.nvme, "nvme")):
+        if flag:
+            found = facts.get(label) or []
+            checks.append((passed if found else failed)(label, f"{len(found)} device(s) found, profile needs at least one"))
+
+    if facts.get("virtualization_role") == "guest" and facts.get("virtualization_type") in ("podman", "docker", "container", "lxc"):
+        checks.append(skipped("kernel modules", f"a {facts['virtualization_type']} container: kernel-module work is skipped here"))
+    return checks
+
+
+def _pci_checks(profile: Profile, facts: dict[str, Any]) -> list[Check]:
+    hw = profile.hardware
+    if int(facts.get("lspci_rc", 0)) != 0:
+        reason = "lspci is not installed (apt install pciutils)" if not facts.get("lspci") else "lspci failed"
+        return [skipped("gpus", f"{reason}: cannot count GPUs before the driver is installed")]
+    lines = facts.get("lspci") or []
+    gpus = [line for line in lines if any(cls in line for cls in GPU_CLASSES)]
+    nvswitches = [line for line in lines if any(dev in line for dev in NVSWITCH_IDS)]
+    if hw.gpu.count == 0:
+        checks = [passed("gpus", f"{len(gpus)} NVIDIA GPU(s); profile expects none")] if not gpus else [
+            passed("gpus", f"{len(gpus)} NVIDIA GPU(s) present; the profile expects none and will not use them")]
+    else:
+        detail = f"{len(gpus)} NVIDIA GPU(s) on the PCI bus, profile expects {hw.gpu.count}"
+        if not gpus:
+            detail = f"no GPU present (no NVIDIA device on the PCI bus), profile expects {hw.gpu.count}"
+        checks = [(passed if len(gpus) >= hw.gpu.count else failed)("gpus", detail)]
+    if hw.interconnect == "nvswitch":
+        checks.append((passed if nvswitches else failed)("nvswitch", f"{len(nvswitches)} NVSwitch device(s) on the PCI bus"))
+    return checks

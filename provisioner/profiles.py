@@ -1,0 +1,151 @@
+"""Finding, composing (`extends:`) and validating profiles.
+
+A profile is named by a built-in name (a file in provisioner/profiles/) or a path.
+`extends:` deep-merges the parent under the child: mappings merge key by key, every
+other value (lists included) is replaced whole, so a child never has to guess how two
+lists would combine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from provisioner.errors import ProvisionError
+from provisioner.models import Profile
+from provisioner.yamlfile import line_of, read_yaml
+
+BUILTIN_DIR = Path(__file__).parent / "profiles"
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yml"))
+
+
+def find(ref: str, relative_to: Path | None = None) -> Path:
+    """The file a profile reference names: a path if it looks like one, else a built-in."""
+    looks_like_path = "/" in ref or ref.endswith((".yml", ".yaml"))
+    if looks_like_path:
+        path = Path(ref).expanduser()
+        if relative_to is not None and not path.is_absolute():
+            path = relative_to / path
+        if not path.is_file():
+            raise ProvisionError("profile file not found", where=str(path),
+                                 fix="check the path, or name a built-in profile (provision profiles)")
+        return path
+    path = BUILTIN_DIR / f"{ref}.yml"
+    if not path.is_file():
+        raise ProvisionError(f"unknown profile {ref!r}",
+                             fix=f"use one of: {', '.join(builtin_names())}, or a path to a .yml file")
+    return path
+
+
+def deep_merge(parent: dict, child: dict) -> dict:
+    merged = dict(parent)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@dataclass(frozen=True)
+class Loaded:
+    profile: Profile
+    files: tuple[Path, ...]  # the profile's own file first, then its ancestors
+
+    @property
+    def digest(self) -> str:
+        return digest(self.profile)
+
+
+def _raw_chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, tuple[Path, ...]]:
+    path = path.resolve()
+    if path in seen:
+        cycle = " -> ".join(p.name for p in (*seen, path))
+        raise ProvisionError(f"profiles extend each other in a circle: {cycle}", where=str(path),
+                             fix="remove one of the extends: lines")
+    data = read_yaml(path)
+    if data is None:
+        raise ProvisionError("the profile is empty", where=str(path), fix="see provision profiles show h100-train")
+    if not isinstance(data, dict):
+        raise ProvisionError(f"a profile is a mapping of settings, not a {type(data).__name__}", where=f"{path}:1",
+                             fix="start the file with `name: ...`")
+    parent_ref = data.get("extends")
+    if parent_ref is None:
+        return data, (path,)
+    if not isinstance(parent_ref, str):
+        raise ProvisionError("extends: takes one profile name or path", where=f"{path}:{line_of(path, ('extends',))}")
+    parent_data, parent_files = _raw_chain(find(parent_ref, relative_to=path.parent), (*seen, path))
+    # The child's own name and description never come from the parent.
+    parent_data = {k: v for k, v in parent_data.items() if k not in ("name", "description")}
+    return deep_merge(parent_data, data), (path, *parent_files)
+
+
+def _describe(error: dict, files: tuple[Path, ...]) -> str:
+    loc = tuple(part for part in error["loc"] if not isinstance(part, str) or not part.startswith("function-"))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    where = files[0]
+    line = None
+    for candidate in files:  # the first file in the chain that writes the field
+        line = line_of(candidate, loc)
+        if line is not None and (len(loc) <= 1 or line_of(candidate, loc[:1]) is not None):
+            where = candidate
+            break
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown setting (a typo, or a setting this version does not have)"
+    elif error["type"] == "missing":
+        message = "required setting is missing"
+    elif error["type"] == "literal_error" and "expected" in error.get("ctx", {}):
+        message = f"must be one of {error['ctx']['expected']}"
+    loc_text = f"{where}:{line}" if line else str(where)
+    return f"{loc_text}: {field}: {message}"
+
+
+def load(ref: str) -> Loaded:
+    """Load, compose and validate a profile; every failure is a ProvisionError."""
+    from provisioner import compat  # the matrix is data; loading it waits until needed
+
+    path = find(ref)
+    data, files = _raw_chain(path)
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(err, files) for err in exc.errors()]
+        raise ProvisionError(
+            "invalid profile:\n  " + "\n  ".join(lines),
+            fix="see the field reference in README.md, or `provision profiles show h100-train` for a full example",
+        ) from None
+    if profile.hardware.gpu.architecture is None:  # resolved once, shown by `profiles show`
+        profile.hardware.gpu.architecture = compat.architecture_of(profile)
+    problems = compat.check(profile)
+    if problems:
+        raise ProvisionError(
+            f"incompatible versions in profile {profile.name!r} ({files[0]}):\n  "
+            + "\n  ".join(p.render() for p in problems),
+            fix="apply the suggested fix, or see `provision profiles show` of a built-in that is known to work",
+        )
+    return Loaded(profile, files)
+
+
+def as_dict(profile: Profile) -> dict[str, Any]:
+    """The resolved profile as plain data, `extends` dropped (it has been applied)."""
+    return profile.model_dump(mode="json", exclude={"extends"})
+
+
+def to_yaml(profile: Profile) -> str:
+    return yaml.safe_dump(as_dict(profile), sort_keys=False, default_flow_style=False)
+
+
+def digest(profile: Profile) -> str:
+    """A stable hash of what the profile asks for; hosts record it to detect profile changes."""
+    canonical = json.dumps(as_dict(profile), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,67 @@
+"""Live progress from the runner's events: a per-host table on a terminal, and on a
+non-terminal (CI logs) one plain line per failure as it happens and nothing else."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+class Progress:
+    def __init__(self, console: Console):
+        self.console = console
+        self.started = time.monotonic()
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.play = ""
+        self.live: Live | None = None
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal:
+            self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def _row(self, host: str) -> dict[str, Any]:
+        return self.rows.setdefault(host, {"task": "", "ok": 0, "changed": 0, "failed": 0, "unreachable": False})
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        host = data.get("host")
+        if kind == "playbook_on_play_start":
+            self.play = data.get("play", "")
+        elif kind == "runner_on_start" and host:
+            self._row(host)["task"] = (data.get("task") or "").strip()
+        elif kind == "runner_on_ok" and host:
+            row = self._row(host)
+            row["changed" if (data.get("res") or {}).get("changed") else "ok"] += 1
+        elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
+            self._row(host)["failed"] += 1
+            self._plain(f"{host}: FAILED: {(data.get('task') or '').strip()}")
+        elif kind == "runner_on_unreachable" and host:
+            self._row(host)["unreachable"] = True
+            self._plain(f"{host}: UNREACHABLE")
+        if self.live:
+            self.live.update(self._table())
+
+    def _plain(self, line: str) -> None:
+        if not self.live:
+            self.console.print(line, highlight=False)
+
+    def _table(self) -> Table:
+        elapsed = time.monotonic() - self.started
+        table = Table(title=f"{self.play}  ({elapsed:.0f}s)", title_justify="left", expand=False)
+        for column in ("host", "current task", "ok", "changed", "failed"):
+            table.add_column(column)
+        for host, row in sorted(self.rows.items()):
+            task = "[red]unreachable[/]" if row["unreachable"] else row["task"][:70]
+            table.add_row(host, task, str(row["ok"]), str(row["changed"]), str(row["failed"]))
+        return table

@@ -1,0 +1,139 @@
+"""Running a playbook through ansible-runner and reading its event stream.
+
+Nothing here parses Ansible's human output: per-host results come from the runner's
+structured events (runner_on_ok, runner_on_failed, ..., playbook_on_stats). Plays hand
+data to the controller through a final `debug: var=provisioner_*` task, which arrives
+here as that event's result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from provisioner import paths
+
+EventHook = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class HostRun:
+    name: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    current_task: str = ""
+    changed_tasks: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    reported: dict[str, Any] = field(default_factory=dict)  # provisioner_* vars the play handed over
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "changed" if self.changed else "ok"
+
+
+@dataclass
+class PlaybookRun:
+    playbook: str
+    status: str  # ansible-runner's: successful, failed, canceled, timeout
+    rc: int
+    hosts: dict[str, HostRun]
+    artifacts: Path
+    errors: list[str] = field(default_factory=list)  # failures not tied to a host (syntax errors, ...)
+
+
+def _message(result: dict[str, Any]) -> str:
+    msg = result.get("msg") or result.get("stderr") or result.get("reason") or ""
+    if isinstance(msg, list):
+        msg = " ".join(map(str, msg))
+    return " ".join(str(msg).split())[:500]
+
+
+class EventReader:
+    """Folds the runner's events into per-host results."""
+
+    def __init__(self, hook: EventHook | None = None):
+        self.hosts: dict[str, HostRun] = {}
+        self.hook = hook
+
+    def host(self, name: str) -> HostRun:
+        return self.hosts.setdefault(name, HostRun(name))
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        name = data.get("host")
+        task = (data.get("task") or "").strip()
+        res = data.get("res") or {}
+        if kind == "runner_on_start" and name:
+            self.host(name).current_task = task
+        elif kind == "runner_on_ok" and name:
+            host = self.host(name)
+            if res.get("changed"):
+                host.changed_tasks.append(task)
+            host.facts.update(res.get("ansible_facts") or {})
+            host.reported.update({k: v for k, v in res.items() if k.startswith("provisioner_")})
+        elif kind == "runner_on_failed" and name and not data.get("ignore_errors"):
+            self.host(name).failures.append(f"{task}: {_message(res)}")
+        elif kind == "runner_on_unreachable" and name:
+            host = self.host(name)
+            host.unreachable = True
+            host.failures.append(f"unreachable: {_message(res)}")
+        elif kind == "playbook_on_stats":
+            for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("skipped", "skipped")):
+                for hostname, count in (data.get(key) or {}).items():
+                    setattr(self.host(hostname), attr, count)
+            for hostname in data.get("dark") or {}:
+                self.host(hostname).unreachable = True
+        if self.hook:
+            self.hook(event)
+        return True  # keep every event in the run record
+
+
+def run_playbook(
+    name: str,
+    inventory_dir: Path,
+    record_dir: Path,
+    *,
+    limit: str | None = None,
+    forks: int | None = None,
+    check: bool = False,
+    hook: EventHook | None = None,
+) -> PlaybookRun:
+    import ansible_runner  # heavy; only commands that talk to hosts pay for it
+
+    reader = EventReader(hook)
+    cmdline = "--check --diff" if check else None
+    runner = ansible_runner.run(
+        private_data_dir=str(record_dir),
+        ident=name,
+        playbook=str(paths.playbook(name)),
+        inventory=str(inventory_dir / "hosts.yml"),
+        envvars={
+            "ANSIBLE_CONFIG": str(inventory_dir / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+            "ANSIBLE_NOCOLOR": "1",
+        },
+        cmdline=cmdline,
+        limit=limit,
+        forks=forks,
+        event_handler=reader,
+        quiet=True,
+        suppress_env_files=True,
+    )
+    artifacts = record_dir / "artifacts" / name
+    errors = []
+    if runner.status != "successful" and not any(h.failures for h in reader.hosts.values()):
+        # No host carries the failure: Ansible itself stopped (syntax error, bad limit, ...).
+        stdout = (artifacts / "stdout").read_text(errors="replace") if (artifacts / "stdout").exists() else ""
+        lines = [line for line in stdout.splitlines() if "ERROR" in line or "error" in line.lower()]
+        errors = lines[-5:] or [f"ansible-runner ended with status {runner.status}, rc {runner.rc}"]
+    return PlaybookRun(name, runner.status, runner.rc, reader.hosts, artifacts, errors)
