@@ -125,6 +125,7 @@ def execute(
     run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
     inventory_dir = run_dir / "inventory"
     render(loaded, target.inventory, inventory_dir, forks or 20)
+    (run_dir / "profile.yml").write_text(profiles.to_yaml(loaded.profile), encoding="utf-8")
     report = Report(command, loaded.profile.name, loaded.digest, run_dir, started=_now(), interrupted=True)
     report.write()  # "interrupted" until the last step says otherwise
     try:

@@ -42,6 +42,20 @@ class Inventory:
         return sorted(self.hosts)
 
 
+def _plain(value: Any) -> Any:
+    """Ansible's own (tagged) str/dict/list subclasses as plain Python values."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return str(value)
+
+
 def _plugin_for(path: Path) -> str:
     return "yaml" if path.suffix in (".yml", ".yaml") else "ini"
 
@@ -96,7 +110,7 @@ def load(path: Path) -> Inventory:
             if SECRET_VARS.match(name):
                 dropped.append(f"{owner}: {name}")
                 continue
-            kept[name] = value
+            kept[str(name)] = _plain(value)
         return kept
 
     hosts = {name: keep(f"host {name}", host.vars) for name, host in sorted(data.hosts.items())}

@@ -26,8 +26,7 @@ def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
 
     checks.append(at_least("cpu cores", int(facts.get("vcpus") or 0), hw.min_cpu_cores, "vCPUs"))
     ram_gib = int(facts.get("memtotal_mb") or 0) / 1024
-    ram = at_least("memory", round(ram_gib, 1), round(hw.min_ram_gib * MEMORY_SLACK, 1), "GiB")
-    checks.append(ram)
+    checks.append(at_least("memory", round(ram_gib, 1), hw.min_ram_gib, "GiB", slack=MEMORY_SLACK))
 
     free = int(facts.get("root_free_bytes") or -1)
     if free < 0:

@@ -18,7 +18,7 @@ from provisioner import compat, paths
 from provisioner.errors import ProvisionError
 from provisioner.inventory import Inventory, to_yaml_inventory
 from provisioner.models import Profile
-from provisioner.profiles import Loaded, as_dict
+from provisioner.profiles import Loaded
 
 HEADER = "# Rendered by `provision render` from profile {name} (sha256 {digest}).\n# Do not edit: re-render instead.\n"
 
@@ -145,7 +145,10 @@ def _dump(data: Any) -> str:
 
 
 def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20) -> list[Path]:
-    """Write the inventory folder; returns the files written. Same input, same bytes."""
+    """Write the inventory folder; returns the files written. Same input, same bytes.
+
+    Only inventory files go in it: Ansible reads every other file in an inventory
+    folder as an inventory source too."""
     out_dir = out_dir.expanduser().resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise ProvisionError("the output path exists and is not a folder", where=str(out_dir),
@@ -154,7 +157,6 @@ def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20)
     files = {
         out_dir / "hosts.yml": header + _dump(to_yaml_inventory(inventory)),
         out_dir / "group_vars" / "all" / "provisioner.yml": header + _dump(role_vars(loaded)),
-        out_dir / "profile.yml": header + _dump(as_dict(loaded.profile)),
         out_dir / "ansible.cfg": ansible_cfg(out_dir, forks),
     }
     # Owner-only: an inventory says where a fleet is and how to reach it.

@@ -65,7 +65,7 @@ class Report:
         if self.interrupted:
             return f"interrupted: the {self.command} run was stopped before it finished"
         if self.errors:
-            return f"error: {self.errors[0]}"
+            return f"error: Ansible stopped before reaching the hosts ({len(self.errors)} message(s) above)"
         if bad:
             return f"{len(bad)} of {total} host(s) failed or unreachable: {', '.join(bad)}"
         if failing:

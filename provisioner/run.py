@@ -8,6 +8,8 @@ here as that event's result.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -51,7 +53,13 @@ class PlaybookRun:
 
 
 def _message(result: dict[str, Any]) -> str:
+    # Fact gathering wraps the real error of each module it ran in failed_modules.
+    inner = [_message(sub) for sub in (result.get("failed_modules") or {}).values()]
+    if inner:
+        return "; ".join(inner)
     msg = result.get("msg") or result.get("stderr") or result.get("reason") or ""
+    if result.get("module_stderr"):
+        msg = f"{msg}: {result['module_stderr']}"
     if isinstance(msg, list):
         msg = " ".join(map(str, msg))
     return " ".join(str(msg).split())[:500]
@@ -121,6 +129,8 @@ def run_playbook(
             "ANSIBLE_CONFIG": str(inventory_dir / "ansible.cfg"),
             "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
             "ANSIBLE_NOCOLOR": "1",
+            # ansible-playbook is installed beside this Python (a venv need not be on PATH).
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },
         cmdline=cmdline,
         limit=limit,
