@@ -66,7 +66,7 @@ def _line_hint(path: Path, message: str) -> str:
     needle = next((g for g in (quoted.groups() if quoted else ()) if g), None)
     if needle:
         for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if needle.strip() in line:
+            if needle.strip() in line and not line.lstrip().startswith(("#", ";")):
                 return f"{path}:{number}"
     return str(path)
 

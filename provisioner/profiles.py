@@ -94,7 +94,7 @@ def _describe(error: dict, files: tuple[Path, ...]) -> str:
     field = ".".join(str(p) for p in loc) or "(top level)"
     where = files[0]
     line = None
-    for candidate in files:  # the first file in the chain that writes the field
+    for candidate in files if error["type"] != "missing" else ():  # the first file that writes the field
         line = line_of(candidate, loc)
         if line is not None and (len(loc) <= 1 or line_of(candidate, loc[:1]) is not None):
             where = candidate

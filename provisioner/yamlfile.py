@@ -23,7 +23,10 @@ def read_yaml(path: Path) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = " ".join(filter(None, [exc.context, exc.problem]))
+        context = exc.context
+        if context and exc.context_mark and mark and exc.context_mark.line != mark.line:
+            context = f"{context} (from line {exc.context_mark.line + 1})"
+        problem = " ".join(filter(None, [context, exc.problem]))
         raise ProvisionError(f"YAML syntax error: {problem}", where=where,
                              fix="fix the indentation or quoting at that line") from None
     except yaml.YAMLError as exc:

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner import inventory, profiles
+from provisioner.render import render
+
+from .conftest import DATA, REPO
+
+EXAMPLE = REPO / "inventories" / "example" / "hosts.ini"
+GOLDEN = DATA / "golden"
+
+
+def test_example_inventory_through_ansibles_parser():
+    inv = inventory.load(EXAMPLE)
+    assert inv.hostnames() == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "login-01"]
+    assert inv.hosts["login-01"] == {"ansible_host": "192.0.2.10", "ansible_user": "ubuntu"}
+    assert inv.groups["gpu_nodes"].vars == {"ansible_python_interpreter": "/usr/bin/python3"}
+    assert inv.groups["fleet"].children == ["gpu_nodes", "login"]
+
+
+def test_secrets_are_dropped_and_named(tmp_path: Path):
+    src = tmp_path / "hosts.ini"
+    src.write_text("[gpu]\nnode1 ansible_host=10.0.0.1 ansible_become_password=hunter2 ansible_ssh_pass=pw2\n"
+                   "[gpu:vars]\nmy_api_token=tok3\nansible_user=ops\n")
+    inv = inventory.load(src)
+    assert inv.hosts["node1"] == {"ansible_host": "10.0.0.1"}
+    assert inv.groups["gpu"].vars == {"ansible_user": "ops"}
+    assert sorted(inv.dropped_secrets) == ["group gpu: my_api_token", "host node1: ansible_become_password",
+                                           "host node1: ansible_ssh_pass"]
+    out = tmp_path / "out"
+    render(profiles.load("h100-train"), inv, out)
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert "hunter2" not in text and "pw2" not in text and "tok3" not in text
+            assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+
+
+def test_yaml_inventory_is_read_too(tmp_path: Path):
+    src = tmp_path / "hosts.yml"
+    src.write_text("all:\n  children:\n    gpu:\n      hosts:\n        n1: {ansible_host: 10.0.0.7}\n")
+    assert inventory.load(src).hosts == {"n1": {"ansible_host": "10.0.0.7"}}
+
+
+def _normalised(folder: Path) -> dict[str, str]:
+    """The rendered files with the machine-specific absolute paths replaced."""
+    texts = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            text = path.read_text().replace(str(folder), "<OUT>").replace(str(REPO), "<REPO>")
+            texts[str(path.relative_to(folder))] = text
+    return texts
+
+
+@pytest.mark.parametrize("profile", ["h100-train", "debian12-lab"])
+def test_render_matches_the_golden_files(profile: str, tmp_path: Path):
+    out = tmp_path / "out"
+    render(profiles.load(profile), inventory.load(EXAMPLE), out)
+    got = _normalised(out)
+    golden_dir = GOLDEN / profile
+    if os.environ.get("UPDATE_GOLDEN"):
+        shutil.rmtree(golden_dir, ignore_errors=True)
+        for name, text in got.items():
+            (golden_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (golden_dir / name).write_text(text)
+    want = {str(p.relative_to(golden_dir)): p.read_text() for p in sorted(golden_dir.rglob("*")) if p.is_file()}
+    assert got == want
+
+
+def test_render_is_byte_identical_across_runs(tmp_path: Path):
+    loaded, inv = profiles.load("a100-train"), inventory.load(EXAMPLE)
+    render(loaded, inv, tmp_path / "a")
+    render(profiles.load("a100-train"), inventory.load(EXAMPLE), tmp_path / "a2")
+    cmp = filecmp.dircmp(tmp_path / "a", tmp_path / "a2")
+    # Only ansible.cfg names its own folder; every other file is identical byte for byte.
+    assert cmp.diff_files == ["ansible.cfg"]
+    render(loaded, inv, tmp_path / "a")  # rendering into the same folder again changes nothing
+    assert filecmp.dircmp(tmp_path / "a", tmp_path / "a2").diff_files == ["ansible.cfg"]
+
+
+def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
+    out = tmp_path / "out"
+    render(profiles.load("h100-train"), inventory.load(EXAMPLE), out)
+    cli = Path(sys.executable).parent / "ansible-inventory"
+    result = subprocess.run([str(cli), "-i", str(out), "--list"], capture_output=True, text=True, check=True,
+                            env={**os.environ, "ANSIBLE_CONFIG": str(out / "ansible.cfg")})
+    assert "WARNING" not in result.stderr
+    data = json.loads(result.stdout)
+    hostvars = data["_meta"]["hostvars"]
+    assert sorted(hostvars) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "login-01"]
+    node = hostvars["gpu-node-03"]
+    assert node["nvidia_driver_version"] == "535.129.03"
+    assert node["fabric_manager_version"] == "535.129.03"
+    assert node["nccl_package_version"] == "2.18.5-1+cuda12.2"
+    assert node["cudnn_package_version"] == "8.9.7.29-1+cuda12.2"
+    assert node["python_env_torch_index"] == "cu121"
+    assert node["ansible_python_interpreter"] == "/usr/bin/python3"
+    assert yaml.safe_load((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"

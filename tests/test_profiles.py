@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner import profiles
+from provisioner.errors import ProvisionError
+
+BUILTINS = ["a100-train", "debian12-lab", "h100-train", "l40s-infer", "rtx4090-dev", "t4-infer"]
+
+
+def test_every_builtin_loads_and_passes_the_matrix():
+    assert profiles.builtin_names() == BUILTINS
+    for name in BUILTINS:
+        loaded = profiles.load(name)
+        assert loaded.profile.name == name
+        assert len(loaded.digest) == 64
+
+
+def test_h100_train_is_what_the_seed_guidance_asks_for():
+    p = profiles.load("h100-train").profile
+    assert (p.hardware.gpu.count, p.hardware.gpu.architecture, p.hardware.interconnect) == (8, "hopper", "nvswitch")
+    assert p.fabric_manager.enabled is True and p.fabric_manager.version == p.driver.version
+    assert p.cuda.toolkits == ["12.2"] and p.cudnn.version.startswith("8.9.")
+    assert p.python_env.torch.version.startswith("2.1.") and p.python_env.torch.index == "cu121"
+    assert p.python_env.name == "pytorch_env" and p.python_env.python == "3.10"
+    assert p.hardware.infiniband and p.hardware.min_cpu_cores >= 32 and p.hardware.min_ram_gib >= 1024
+
+
+def test_extends_deep_merges_mappings_and_replaces_lists(tmp_path: Path):
+    child = tmp_path / "mine.yml"
+    child.write_text(
+        "extends: h100-train\nname: mine\ndescription: tweaked\n"
+        "hardware:\n  gpu:\n    count: 4\n"
+        "python_env:\n  packages: [numpy]\n"
+    )
+    loaded = profiles.load(str(child))
+    p = loaded.profile
+    assert p.hardware.gpu.count == 4
+    assert p.hardware.gpu.model == "H100 80GB HBM3"  # kept from the parent: mappings merge
+    assert p.python_env.packages == ["numpy"]
+    assert p.python_env.torch.index == "cu121"
+    assert p.description == "tweaked"
+    assert [f.name for f in loaded.files] == ["mine.yml", "h100-train.yml"]
+
+
+def test_extends_resolves_a_relative_path_from_the_child_file(tmp_path: Path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "base.yml").write_text("extends: t4-infer\nname: base\ndescription: b\n")
+    (tmp_path / "site" / "node.yml").write_text("extends: ../base.yml\nname: node\ndescription: d\n")
+    assert profiles.load(str(tmp_path / "site" / "node.yml")).profile.hardware.gpu.model == "Tesla T4"
+
+
+def test_child_does_not_inherit_name_or_description(tmp_path: Path):
+    child = tmp_path / "c.yml"
+    child.write_text("extends: h100-train\nname: c\n")
+    with pytest.raises(ProvisionError) as err:
+        profiles.load(str(child))
+    assert "description: required setting is missing" in str(err.value)
+
+
+def test_resolved_yaml_round_trips_to_the_same_profile(tmp_path: Path):
+    loaded = profiles.load("a100-train")
+    text = profiles.to_yaml(loaded.profile)
+    assert "extends" not in yaml.safe_load(text)
+    copy = tmp_path / "copy.yml"
+    copy.write_text(text)
+    assert profiles.load(str(copy)).digest == loaded.digest
+
+
+def test_digest_changes_with_any_setting(tmp_path: Path):
+    base = profiles.load("h100-train").digest
+    child = tmp_path / "c.yml"
+    child.write_text("extends: h100-train\nname: h100-train\ndescription: 8x H100 SXM5 80GB training node, NVSwitch + "
+                     "fabric manager, CUDA 12.2, PyTorch 2.1 (cu121), InfiniBand\n")
+    assert profiles.load(str(child)).digest == base
+    child.write_text(child.read_text() + "verify:\n  nccl_min_busbw_gbps: 351\n")
+    assert profiles.load(str(child)).digest != base
+
+
+def test_unknown_builtin_lists_the_real_ones():
+    with pytest.raises(ProvisionError) as err:
+        profiles.load("h200-train")
+    assert "unknown profile 'h200-train'" in str(err.value)
+    assert "h100-train" in err.value.fix
+
+
+def test_missing_profile_file_names_the_path(tmp_path: Path):
+    with pytest.raises(ProvisionError) as err:
+        profiles.load(str(tmp_path / "nope.yml"))
+    assert "profile file not found" in str(err.value) and "nope.yml" in str(err.value)
