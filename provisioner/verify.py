@@ -17,8 +17,9 @@ from provisioner.checks import Check, failed, passed, skipped
 from provisioner.models import Profile
 
 QUERY_FIELDS = "name,memory.total,driver_version,persistence_mode,ecc.mode.current"
-# nvidia-smi reports a little under the nominal size (H100 80GB: 81559 MiB = 79.6 GiB).
-MEMORY_SLACK = 0.95
+# nvidia-smi reports less than the nominal size: H100 80GB shows 81559 MiB (79.6 GiB), and
+# an L40S 48GB with ECC on shows 46068 MiB (45.0 GiB): ECC on GDDR takes ~6% (real captures).
+MEMORY_SLACK = 0.92
 
 
 @dataclass(frozen=True)
