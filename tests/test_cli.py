@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from provisioner.cli import app
+
+from .conftest import REPO
+
+runner = CliRunner()
+EXAMPLE = str(REPO / "inventories" / "example" / "hosts.ini")
+
+
+def test_profiles_lists_every_builtin_with_gpus_cuda_and_driver():
+    result = runner.invoke(app, ["profiles"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for row in ("h100-train", "8x H100 80GB HBM3", "535.129.03", "debian12-lab", "rtx4090-dev", "12.4"):
+        assert row in result.output
+
+
+def test_profiles_show_prints_the_resolved_yaml():
+    result = runner.invoke(app, ["profiles", "show", "t4-infer"])
+    assert result.exit_code == 0
+    data = yaml.safe_load(result.output)
+    assert data["name"] == "t4-infer"
+    assert data["tensorrt"]["version"] == "8.5.3.1"  # inherited from l40s-infer
+    assert data["hardware"]["gpu"]["architecture"] == "turing"
+    assert "extends" not in data
+
+
+def test_profiles_validate_exit_codes(tmp_path: Path):
+    good = runner.invoke(app, ["profiles", "validate", "h100-train", "debian12-lab"])
+    assert good.exit_code == 0 and good.output.count("ok") == 2
+    bad_file = REPO / "tests/data/bad/profiles/torch-cu122.yml"
+    bad = runner.invoke(app, ["profiles", "validate", "h100-train", str(bad_file)])
+    assert bad.exit_code == 1
+    assert "use cu121" in bad.output and "Traceback" not in bad.output
+
+
+def test_render_writes_the_folder(tmp_path: Path):
+    result = runner.invoke(app, ["render", "--profile", "h100-train", EXAMPLE, "-o", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "x/hosts.yml").is_file() and (tmp_path / "x/group_vars/all/provisioner.yml").is_file()
+
+
+def test_render_warns_about_dropped_secrets(tmp_path: Path):
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("[gpu]\nn1 ansible_host=10.1.1.1 ansible_become_password=s3cr3t\n")
+    result = runner.invoke(app, ["render", "-p", "h100-train", str(hosts), "-o", str(tmp_path / "x")])
+    assert result.exit_code == 0
+    assert "left out secret host n1: ansible_become_password" in result.output
+    assert "s3cr3t" not in result.output
+
+
+def test_unknown_profile_is_one_clear_line_and_debug_shows_the_traceback():
+    result = runner.invoke(app, ["render", "-p", "nope", EXAMPLE, "-o", "/tmp/never"])
+    assert result.exit_code == 1
+    assert "error: unknown profile 'nope'" in result.output and "fix: use one of" in result.output
+    debug = runner.invoke(app, ["--debug", "render", "-p", "nope", EXAMPLE, "-o", "/tmp/never"])
+    assert debug.exit_code == 1 and debug.exception is not None  # raised, for a traceback
+
+
+def test_missing_inventory_file(tmp_path: Path):
+    result = runner.invoke(app, ["check", "-p", "h100-train", str(tmp_path / "hosts.ini"),
+                                 "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 1 and "inventory file not found" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("provision ")
+
+
+def test_every_host_command_has_the_fleet_options():
+    for command in ("preflight", "up", "check", "verify"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        for option in ("--limit", "--forks", "--json", "--profile", "--runs-dir"):
+            assert option in result.output, (command, option)

@@ -1,0 +1,54 @@
+"""Real ansible-runner runs of the read-only plays against this machine (connection local)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from provisioner import engine
+from provisioner.cli import app
+
+pytestmark = pytest.mark.ansible
+
+
+def test_preflight_against_localhost_parses_per_host_results(local_inventory: Path, tmp_path: Path):
+    target = engine.prepare("debian12-lab", local_inventory)
+    events = []
+    report = engine.execute("preflight", target, runs_dir=tmp_path / "runs", hook=events.append)
+    assert [h.name for h in report.hosts] == ["localhost"]
+    host = report.hosts[0]
+    assert host.status == "ok" and host.failures == []
+    checks = {c.name: c for c in host.checks}
+    assert checks["cpu cores"].status == "pass"
+    assert checks["cpu cores"].detail.startswith(f"{__import__('os').cpu_count()} vCPUs")
+    assert checks["os"].detail.startswith(("Debian 12", "Ubuntu"))
+    # The record: runner artifacts with the event stream, the rendered inventory, the report.
+    assert (report.run_dir / "artifacts" / "preflight" / "job_events").is_dir()
+    assert (report.run_dir / "inventory" / "hosts.yml").is_file()
+    saved = json.loads((report.run_dir / "report.json").read_text())
+    assert saved["interrupted"] is False and saved["hosts"][0]["name"] == "localhost"
+    assert any(e.get("event") == "playbook_on_stats" for e in events)
+
+
+def test_verify_on_a_gpu_less_host_exits_0_only_for_a_no_gpu_profile(local_inventory: Path, tmp_path: Path):
+    runs = str(tmp_path / "runs")
+    lab = CliRunner().invoke(app, ["verify", "-p", "debian12-lab", str(local_inventory), "--json", "--runs-dir", runs])
+    report = json.loads(lab.stdout)
+    assert lab.exit_code == 0, lab.output
+    assert report["hosts"][0]["checks"][0]["detail"].startswith("no GPU present")
+    h100 = CliRunner().invoke(app, ["verify", "-p", "h100-train", str(local_inventory), "--json", "--runs-dir", runs])
+    assert h100.exit_code == 2
+    assert json.loads(h100.stdout)["hosts"][0]["checks"][0]["status"] == "fail"
+
+
+def test_unreachable_host_is_reported_with_exit_1_and_a_retry_hint(tmp_path: Path):
+    hosts = tmp_path / "hosts.ini"
+    # Loopback on a port nothing listens on: ssh is refused at once, nothing leaves the machine.
+    hosts.write_text("[gpu]\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_user=nobody\n")
+    result = CliRunner().invoke(app, ["preflight", "-p", "debian12-lab", str(hosts), "--runs-dir", str(tmp_path / "r")],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "unreachable" in result.output and "--limit ghost" in result.output
