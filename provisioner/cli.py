@@ -130,7 +130,7 @@ def render(
     forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
 ) -> None:
     """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""
-    from provisioner import engine
+    from provisioner import engine, paths
     from provisioner.render import render as render_dir
 
     target = engine.prepare(profile, inventory)
@@ -140,8 +140,8 @@ def render(
     files = render_dir(target.loaded, target.inventory, output, forks)
     for path in files:
         out.print(str(path), highlight=False)
-    out.print(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook "
-              f"{Path(__file__).resolve().parent.parent / 'playbooks' / 'site.yml'}", highlight=False, soft_wrap=True)
+    out.print(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.playbook('site')}",
+              highlight=False, soft_wrap=True)
 
 
 def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | None, forks: int | None,
