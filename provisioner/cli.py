@@ -15,6 +15,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from provisioner import __version__
 from provisioner.errors import ProvisionError
@@ -41,7 +42,7 @@ def friendly(fn: Callable) -> Callable:
         except ProvisionError as exc:
             if _state["debug"]:
                 raise
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -103,10 +104,10 @@ def profiles_validate(paths: Annotated[list[str], typer.Argument(help="Profile f
     for ref in paths:
         try:
             loaded = profiles.load(ref)
-            out.print(f"[green]ok[/]    {ref} ({loaded.profile.name})", highlight=False)
+            out.print(f"[green]ok[/]    {escape(ref)} ({loaded.profile.name})", highlight=False)
         except ProvisionError as exc:
             bad += 1
-            err.print(f"[red]error[/] {ref}: {exc}", highlight=False)
+            err.print(f"[red]error[/] {escape(ref)}: {escape(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(1 if bad else 0)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -54,7 +55,7 @@ class Progress:
 
     def _plain(self, line: str) -> None:
         if not self.live:
-            self.console.print(line, highlight=False)
+            self.console.print(line, highlight=False, markup=False)
 
     def _table(self) -> Table:
         elapsed = time.monotonic() - self.started
@@ -62,6 +63,6 @@ class Progress:
         for column in ("host", "current task", "ok", "changed", "failed"):
             table.add_column(column)
         for host, row in sorted(self.rows.items()):
-            task = "[red]unreachable[/]" if row["unreachable"] else row["task"][:70]
+            task = "[red]unreachable[/]" if row["unreachable"] else escape(row["task"][:70])
             table.add_row(host, task, str(row["ok"]), str(row["changed"]), str(row["failed"]))
         return table

@@ -98,6 +98,7 @@ STATUS_STYLE = {"ok": "green", "changed": "yellow", "drift": "yellow", "failed":
 
 
 def render_table(report: Report, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"provision {report.command} · profile {report.profile}", title_justify="left")
@@ -107,13 +108,14 @@ def render_table(report: Report, console) -> None:
     table.add_column("checks")
     for host in report.hosts:
         style = STATUS_STYLE.get(host.status, "")
-        changes = "\n".join([f"[red]{f}[/red]" for f in host.failures] + host.changed_tasks[:8]
+        changes = "\n".join([f"[red]{escape(f)}[/red]" for f in host.failures] + [escape(t) for t in host.changed_tasks[:8]]
                             + ([f"… {len(host.changed_tasks) - 8} more"] if len(host.changed_tasks) > 8 else []))
-        checks = "\n".join(f"[{STATUS_STYLE[c.status]}]{c.status:4}[/] {c.name}: {c.detail}" for c in host.checks)
+        checks = "\n".join(f"[{STATUS_STYLE[c.status]}]{c.status:4}[/] {escape(c.name)}: {escape(c.detail)}"
+                           for c in host.checks)
         table.add_row(host.name, f"[{style}]{host.status}[/]", changes or "-", checks or "-")
     console.print(table)
     for error in report.errors:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(f"[red]error:[/red] {escape(error)}")
     colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
     console.print(f"[bold {colour}]{report.verdict}[/]")
     hint = report.retry_hint()

@@ -37,7 +37,7 @@ def test_profiles_validate_exit_codes(tmp_path: Path):
     bad_file = REPO / "tests/data/bad/profiles/torch-cu122.yml"
     bad = runner.invoke(app, ["profiles", "validate", "h100-train", str(bad_file)])
     assert bad.exit_code == 1
-    assert "use cu121" in bad.output and "Traceback" not in bad.output
+    assert "[torch-index]" in bad.output and "use cu121" in bad.output and "Traceback" not in bad.output
 
 
 def test_render_writes_the_folder(tmp_path: Path):
