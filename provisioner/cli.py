@@ -181,6 +181,62 @@ _host_command("check", "Drift: run the converge in check mode and report every d
 _host_command("verify", "Verify the hosts against the profile (nvidia-smi and friends); changes nothing.")
 
 
+# --- lab ------------------------------------------------------------------------------
+
+Prefix = Annotated[str, typer.Option("--prefix", help="Name prefix of the lab's containers.")]
+Workdir = Annotated[Path, typer.Option("--workdir", help="Where hosts.ini and the lab's SSH key go.")]
+
+
+@lab_app.command("up")
+@friendly
+def lab_up(
+    hosts: Annotated[int, typer.Option("--hosts", "-n", min=1, max=64, help="How many hosts.")] = 3,
+    prefix: Prefix = "lab",
+    workdir: Workdir = Path("lab"),
+    apt_cache: Annotated[bool, typer.Option(help="Share one apt cache between the hosts.")] = True,
+) -> None:
+    """Start N Debian 12 systemd containers reachable over SSH, and write <workdir>/hosts.ini."""
+    from provisioner import lab
+
+    result = lab.up(hosts, prefix, workdir, apt_cache=apt_cache, progress=lambda m: err.print(m, highlight=False))
+    _lab_table(result.hosts)
+    out.print(f"inventory: {result.inventory}  ({result.seconds:.0f}s; image {result.image})", highlight=False)
+    out.print(f"next: provision up --profile debian12-lab {result.inventory}", highlight=False)
+
+
+@lab_app.command("down")
+@friendly
+def lab_down(prefix: Prefix = "lab", workdir: Workdir = Path("lab")) -> None:
+    """Remove the lab's containers and the files lab up wrote."""
+    from provisioner import lab
+
+    result = lab.down(prefix, workdir, progress=lambda m: err.print(m, highlight=False))
+    out.print(f"removed {len(result.removed_containers)} container(s) and {len(result.removed_files)} file(s)")
+
+
+@lab_app.command("status")
+@friendly
+def lab_status(prefix: Annotated[Optional[str], typer.Option("--prefix", help="Only this lab (default: all).")] = None
+               ) -> None:
+    """List the lab's hosts: state, address, systemd state."""
+    from provisioner import lab
+
+    hosts = lab.status(prefix)
+    if not hosts:
+        out.print("no lab hosts (start some with: provision lab up)")
+        return
+    _lab_table(hosts)
+
+
+def _lab_table(hosts) -> None:
+    from rich.table import Table
+
+    table = Table("host", "state", "address", "systemd", title="lab hosts (no GPU)", title_justify="left")
+    for h in hosts:
+        table.add_row(h.name, h.state, h.ip or "-", h.systemd or "-")
+    out.print(table)
+
+
 def main() -> None:
     os.environ.setdefault("ANSIBLE_NOCOLOR", "1")
     app(prog_name="provision")
