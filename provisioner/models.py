@@ -43,6 +43,7 @@ class GPU(Strict):
     model: str | None = Field(None, description="as nvidia-smi names it, e.g. 'H100 80GB HBM3'; matched as a substring")
     architecture: Architecture | None = Field(None, description="derived from the model when left out")
     memory_gib: int | None = Field(None, ge=1, description="minimum memory per GPU")
+    mig: bool = Field(False, description="expect MIG mode on (true) or off (false) on every GPU")
 
     @model_validator(mode="after")
     def _model_when_gpus(self) -> GPU:
@@ -179,7 +180,9 @@ class Mirrors(Strict):
 
 
 class Verify(Strict):
-    nccl_min_busbw_gbps: float | None = Field(None, ge=0, description="all_reduce_perf bus bandwidth floor")
+    nccl_min_busbw_gbps: float | None = Field(
+        None, ge=0, description="all_reduce_perf bus bandwidth floor at the largest message size, GB/s")
+    require_idle_gpus: bool = Field(False, description="fail when compute processes hold the GPUs")
     require_persistence_mode: bool = True
     require_ecc: bool | None = Field(None, description="None: report ECC without judging it")
     dcgm_diag_level: Literal[0, 1, 2, 3] = Field(1, description="0 skips dcgmi diag")

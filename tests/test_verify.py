@@ -1,109 +1,236 @@
-"""Verification logic on real captured nvidia-smi output (../shared/fixtures)."""
+"""Verification verdicts on every real captured tool output in ../shared/fixtures.
+
+Each fixture file has one entry below: the reader that takes it, the profile it is judged
+against (a built-in with the few changes that make it describe the captured machine, or
+deliberately not), and the verdict with the check that decides it. A new fixture without
+an entry fails test_every_fixture_has_a_verdict.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import pytest
 
-from provisioner import profiles, verify
+from provisioner import dcgm, nccl_tests, nvidia_smi, profiles, verify
 from provisioner.models import Profile
 from provisioner.profiles import deep_merge
 
-H100_IDLE = "nvidia-smi/csv/query-gpu__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.csv"
-H200_IDLE = "nvidia-smi/csv/query-gpu__h200__590.48.01__idle__nvidia-gpu-exporter.csv"
-L40S_IDLE = "nvidia-smi/csv/query-gpu__l40s__595.80__idle__nvidia-gpu-exporter.csv"
 
-
-def profile_for(base: str, **changes) -> Profile:
+def profile(base: str, **changes) -> Profile:
     data = deep_merge(profiles.as_dict(profiles.load(base).profile), changes)
     data["fabric_manager"]["version"] = None
+    if "default" not in changes.get("cuda", {}):
+        data["cuda"]["default"] = None
     return Profile.model_validate(data)
 
 
-def smi_ok(fixtures: Path, name: str) -> dict:
-    return {"nvidia_smi": {"rc": 0, "stdout": (fixtures / name).read_text(), "stderr": "", "missing": False}}
+def gpus(count, model, memory=None, **hardware):
+    return {"gpu": {"count": count, "model": model, "memory_gib": memory, **hardware.pop("gpu", {})}, **hardware}
 
 
-def by_name(checks) -> dict:
-    return {c.name: c for c in checks}
+H100_1 = profile("h100-train", hardware=gpus(1, "H100 80GB HBM3", 80), driver={"branch": 590, "version": "590.48.01"})
+H100_1_IDLE = profile("h100-train", hardware=gpus(1, "H100 80GB HBM3", 80), driver={"branch": 590, "version": "590.48.01"},
+                      verify={"require_idle_gpus": True})
+H200_1 = profile("h100-train", hardware=gpus(1, "H200", 141), driver={"branch": 590, "version": "590.48.01"})
+L40S_1 = profile("l40s-infer", hardware=gpus(1, "L40S", 48), driver={"branch": 595, "version": "595.80"})
+RTX4090 = profile("rtx4090-dev", driver={"branch": 595, "version": "595.71.05"})
+B200_8 = profile("h100-train", hardware=gpus(8, "B200", 180), driver={"branch": 580, "version": "580.95.05"},
+                 cuda={"toolkits": ["12.8"]})
+T4 = profile("t4-infer", driver={"branch": 535, "version": "535.86.10"}, cuda={"toolkits": ["12.2"]})
+A5000_2 = profile("rtx4090-dev", hardware=gpus(2, "RTX A5000", 24), driver={"branch": 590, "version": "590.44.01"})
+V100S_8 = profile("h100-train", hardware=gpus(8, "V100S-PCIE-32GB", 32, interconnect="pcie"),
+                  driver={"branch": 460, "version": "460.73.01"}, cuda={"toolkits": ["11.2"]})
+A100_MIG = profile("a100-train", hardware=gpus(1, "A100-SXM4-80GB", 80, gpu={"mig": True}),
+                   driver={"branch": 535, "version": "535.54.03"}, verify={"require_persistence_mode": False})
+A10G = profile("l40s-infer", hardware=gpus(1, "A10G", 24), driver={"branch": 515, "version": "515.105.01"},
+               cuda={"toolkits": ["11.7"]})
+RTX3090 = profile("rtx4090-dev", hardware=gpus(1, "RTX 3090", 24), driver={"branch": 525, "version": "525.147.05"},
+                  cuda={"toolkits": ["12.0"]})
+QUADRO = profile("rtx4090-dev", hardware=gpus(1, "Quadro RTX 6000", 24))
+A100_40_8 = profile("a100-train", hardware=gpus(8, "A100-SXM4-40GB", 40), verify={"nccl_min_busbw_gbps": 200})
+RTX4090_6 = profile("rtx4090-dev", hardware=gpus(6, "RTX 4090", 24), verify={"nccl_min_busbw_gbps": 40})
+H100_8_SAMPLED = profile("h100-train", dcgm={"exporter": {"collectors": [
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_POWER_USAGE"]}})
+B300_8 = profile("h100-train", hardware=gpus(8, "B300", 270))
+H100 = profiles.load("h100-train").profile
+L40S_INFER = profiles.load("l40s-infer").profile
+T4_INFER = profiles.load("t4-infer").profile
+A100_TRAIN = profiles.load("a100-train").profile
 
+GPUS, SMI_ERROR, PROCESSES, TOPO, NVLINK, NCCL, METRICS, DIAG, DISCOVERY, CMD = (
+    "gpus", "smi-error", "processes", "topo", "nvlink", "nccl", "metrics", "diag", "discovery", "cmd")
 
-def test_parse_real_query_output(fixtures: Path):
-    gpus = verify.parse_query((fixtures / H100_IDLE).read_text())
-    assert len(gpus) == 1
-    assert gpus[0].name == "NVIDIA H100 80GB HBM3"
-    assert gpus[0].memory_mib == 81559
-    assert gpus[0].driver == "590.48.01"
-    assert gpus[0].persistence in ("Enabled", "Disabled")
-
-
-def test_h100_capture_passes_a_matching_profile(fixtures: Path):
-    gpu = verify.parse_query((fixtures / H100_IDLE).read_text())[0]
-    p = profile_for("h100-train", hardware={"gpu": {"count": 1}},
-                    driver={"branch": 590, "version": "590.48.01"},
-                    verify={"require_persistence_mode": gpu.persistence == "Enabled",
-                            "require_ecc": gpu.ecc == "Enabled"})
-    checks = by_name(verify.judge(p, smi_ok(fixtures, H100_IDLE)))
-    assert {c.status for c in checks.values()} == {"pass"}, checks
-    assert "80 GiB" in checks["gpu memory"].detail  # 81559 MiB counts as 80 GB
-
-
-def test_wrong_count_model_and_driver_fail_with_reasons(fixtures: Path):
-    p = profiles.load("h100-train").profile  # 8x H100 on 535.129.03
-    checks = by_name(verify.judge(p, smi_ok(fixtures, H200_IDLE)))
-    assert checks["gpu count"].status == "fail" and "1 GPU(s), profile expects 8" in checks["gpu count"].detail
-    assert checks["gpu model"].status == "fail" and "NVIDIA H200" in checks["gpu model"].detail
-    assert checks["driver version"].status == "fail"
-    assert "loaded 590.48.01, profile pins 535.129.03" in checks["driver version"].detail
-
-
-def test_l40s_capture_against_l40s_profile(fixtures: Path):
-    p = profile_for("l40s-infer", hardware={"gpu": {"count": 1}}, driver={"branch": 595, "version": "595.80"},
-                    verify={"require_ecc": None})
-    checks = by_name(verify.judge(p, smi_ok(fixtures, L40S_IDLE)))
-    assert checks["gpu count"].status == checks["gpu model"].status == checks["gpu memory"].status == "pass"
-    assert checks["driver version"].status == "pass"
-
-
-ERRORS = {
-    "nvidia-smi__no-driver__compute-gpu-installation-issue-33.txt": "no GPU present, or the NVIDIA driver is not loaded",
-    "nvidia-smi__version-mismatch__legacy-one-line__shine-cluster-issue-30.txt": "driver/library version mismatch",
-    "nvidia-smi__version-mismatch__nvml-550.144__intel-llvm-issue-17614.txt": "driver/library version mismatch",
-    "nvidia-smi__version-mismatch__nvml-570.124__tinygrad-open-gpu-kernel-modules-issue-47.txt": "version mismatch",
-    "nvidia-smi__no-devices-found__open-gpu-kernel-modules-issue-862.txt": "no devices found",
-    "nvidia-smi__device-handle-unknown-error__nvidia-docker-issue-1553.txt": "GPU lost",
-    "nvidia-smi__nvml-unknown-error__in-container__nvidia-container-toolkit-issue-1227.txt": "GPU lost",
-    "nvidia-smi__libnvidia-ml-not-found__nvidia-docker-issue-1163.txt": "NVML library not found",
+# fixture path: (reader, profile, verdict of the deciding check, deciding check, text in its detail)
+VERDICTS = {
+    # nvidia-smi --query-gpu CSV
+    "nvidia-smi/csv/query-gpu__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.csv": (GPUS, H100_1, "pass", None, None),
+    "nvidia-smi/csv/query-gpu__h100-80gb-hbm3__590.48.01__load__nvidia-gpu-exporter.csv": (GPUS, H100_1, "pass", None, None),
+    "nvidia-smi/csv/query-gpu__h100-80gb-hbm3-mig__590.48.01__idle__nvidia-gpu-exporter.csv": (GPUS, H100_1, "fail", "mig", "differs from the profile (off)"),
+    "nvidia-smi/csv/query-gpu__h100-80gb-hbm3-mig__590.48.01__load__nvidia-gpu-exporter.csv": (GPUS, H100_1, "fail", "mig", "on 1 GPU"),
+    "nvidia-smi/csv/query-gpu__h200__590.48.01__idle__nvidia-gpu-exporter.csv": (GPUS, H200_1, "pass", None, None),
+    "nvidia-smi/csv/query-gpu__l40s__595.80__idle__nvidia-gpu-exporter.csv": (GPUS, L40S_1, "fail", "persistence mode", "off on 1 GPU"),
+    "nvidia-smi/csv/query-gpu__l40s__595.80__load__nvidia-gpu-exporter.csv": (GPUS, L40S_1, "fail", "persistence mode", "off on 1 GPU"),
+    "nvidia-smi/csv/query-gpu__rtx-4080-super__595.71.05__idle__nvidia-gpu-exporter.csv": (GPUS, RTX4090, "fail", "gpu model", "RTX 4080 SUPER is not a RTX 4090"),
+    "nvidia-smi/csv/query-gpu__rtx-4080-super__595.71.05__load__nvidia-gpu-exporter.csv": (GPUS, RTX4090, "fail", "gpu model", "is not a RTX 4090"),
+    "nvidia-smi/csv/query-compute-apps__h100-80gb-hbm3__590.48.01__load__nvidia-gpu-exporter.csv": (PROCESSES, H100_1_IDLE, "fail", "idle", "3 compute process(es)"),
+    # the command lines beside the CSVs: the reader must see exactly the columns they asked for
+    **{f"nvidia-smi/csv/{stem}.cmd.txt": (CMD, None, None, None, None) for stem in (
+        "query-gpu__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter", "query-gpu__h100-80gb-hbm3__590.48.01__load__nvidia-gpu-exporter",
+        "query-gpu__h100-80gb-hbm3-mig__590.48.01__idle__nvidia-gpu-exporter", "query-gpu__h100-80gb-hbm3-mig__590.48.01__load__nvidia-gpu-exporter",
+        "query-gpu__h200__590.48.01__idle__nvidia-gpu-exporter", "query-gpu__l40s__595.80__idle__nvidia-gpu-exporter",
+        "query-gpu__l40s__595.80__load__nvidia-gpu-exporter", "query-gpu__rtx-4080-super__595.71.05__idle__nvidia-gpu-exporter",
+        "query-gpu__rtx-4080-super__595.71.05__load__nvidia-gpu-exporter", "query-compute-apps__h100-80gb-hbm3__590.48.01__load__nvidia-gpu-exporter")},
+    # nvidia-smi failures
+    "nvidia-smi/errors/nvidia-smi__no-driver__compute-gpu-installation-issue-33.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "no GPU present, or the NVIDIA driver is not loaded"),
+    "nvidia-smi/errors/nvidia-smi__version-mismatch__legacy-one-line__shine-cluster-issue-30.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "version mismatch"),
+    "nvidia-smi/errors/nvidia-smi__version-mismatch__nvml-550.144__intel-llvm-issue-17614.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "reboot the host"),
+    "nvidia-smi/errors/nvidia-smi__version-mismatch__nvml-570.124__tinygrad-open-gpu-kernel-modules-issue-47.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "version mismatch"),
+    "nvidia-smi/errors/nvidia-smi__no-devices-found__open-gpu-kernel-modules-issue-862.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "no devices found"),
+    "nvidia-smi/errors/nvidia-smi__device-handle-unknown-error__nvidia-docker-issue-1553.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "GPU lost"),
+    "nvidia-smi/errors/nvidia-smi__nvml-unknown-error__in-container__nvidia-container-toolkit-issue-1227.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "GPU lost"),
+    "nvidia-smi/errors/nvidia-smi__libnvidia-ml-not-found__nvidia-docker-issue-1163.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "NVML library not found"),
+    # nvidia-smi -L
+    "nvidia-smi/text/nvidia-smi-L__h100-80gb-hbm3-mig-7x1g.10gb__driver-unstated__cloud-native-docs.txt": (GPUS, H100_1, "fail", "mig", "7 MIG device(s)"),
+    "nvidia-smi/text/nvidia-smi-L__h100-80gb-hbm3-mig-mixed__driver-unstated__cloud-native-docs.txt": (GPUS, H100_1, "fail", "mig", "4 MIG device(s)"),
+    "nvidia-smi/text/nvidia-smi-L__h100-80gb-hbm3-mig__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100_1, "fail", "mig", "4 MIG device(s)"),
+    "nvidia-smi/text/nvidia-smi-L__h100-80gb-hbm3__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi-L__h200__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H200_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi-L__l40s__595.80__nvidia-gpu-exporter.txt": (GPUS, L40S_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi-L__rtx-4080-super__595.71.05__nvidia-gpu-exporter.txt": (GPUS, RTX4090, "fail", "gpu model", "is not a RTX 4090"),
+    # nvidia-smi -q and --version
+    "nvidia-smi/text/nvidia-smi-q__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H100_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi-version__h100-80gb-hbm3__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi-version__h200__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100, "fail", "driver version", "loaded 590.48.01, profile pins 535.129.03"),
+    "nvidia-smi/text/nvidia-smi-version__l40s__595.80__nvidia-gpu-exporter.txt": (GPUS, L40S_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi-version__rtx-4080-super__595.71.05__nvidia-gpu-exporter.txt": (GPUS, L40S_INFER, "fail", "driver version", "loaded 595.71.05"),
+    # plain nvidia-smi tables
+    "nvidia-smi/text/nvidia-smi__8x-b200__580.95.05__modal-gpu-glossary.txt": (GPUS, B200_8, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi__8x-h100-80gb-hbm3__550.90.07__modal-gpu-glossary.txt": (GPUS, H100, "fail", "driver version", "loaded 550.90.07, profile pins 535.129.03"),
+    "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3-mig__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H100_1, "fail", "mig", "on 1 GPU"),
+    "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3-mig__590.48.01__load__nvidia-gpu-exporter.txt": (GPUS, H100_1, "fail", "mig", "on 1 GPU"),
+    "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H100_1_IDLE, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3__590.48.01__load__nvidia-gpu-exporter.txt": (GPUS, H100_1_IDLE, "fail", "idle", "3 compute process(es)"),
+    "nvidia-smi/text/nvidia-smi__h200__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H200_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi__h200__590.48.01__load__nvidia-gpu-exporter.txt": (GPUS, H200_1, "pass", None, None),
+    "nvidia-smi/text/nvidia-smi__l40s__595.80__idle__nvidia-gpu-exporter.txt": (GPUS, L40S_1, "fail", "persistence mode", "off on 1 GPU"),
+    "nvidia-smi/text/nvidia-smi__l40s__595.80__load__nvidia-gpu-exporter.txt": (GPUS, L40S_1, "fail", "persistence mode", "off on 1 GPU"),
+    "nvidia-smi/text/nvidia-smi__rtx-4080-super__595.71.05__idle__nvidia-gpu-exporter.txt": (GPUS, RTX4090, "fail", "gpu model", "RTX 4080 ... is not a RTX 4090"),
+    "nvidia-smi/text/nvidia-smi__rtx-4080-super__595.71.05__load__nvidia-gpu-exporter.txt": (GPUS, RTX4090, "fail", "gpu model", "is not a RTX 4090"),
+    "nvidia-smi/text/nvidia-smi__tesla-t4__535.86.10__cloud-native-docs.txt": (GPUS, T4, "pass", None, None),
+    # links
+    "nvidia-smi/text/nvlink-s__h100-80gb-hbm3__590.48.01__nvidia-gpu-exporter.txt": (NVLINK, H100, "pass", "nvlink links", "18 of 18 links up"),
+    "nvidia-smi/text/nvlink-s__h200__590.48.01__nvidia-gpu-exporter.txt": (NVLINK, H100, "pass", "nvlink links", "18 of 18 links up"),
+    "nvidia-smi/text/topo-m__8x-b300-sxm6__590.44.01__sglang-issue-26039.txt": (TOPO, B300_8, "pass", "nvlink topology", "28 of 28 GPU pairs"),
+    "nvidia-smi/text/topo-m__h100-80gb-hbm3__590.48.01__nvidia-gpu-exporter.txt": (TOPO, H100, "skip", "nvlink topology", "one GPU"),
+    "nvidia-smi/text/topo-m__h200__590.48.01__nvidia-gpu-exporter.txt": (TOPO, H100, "skip", "nvlink topology", "one GPU"),
+    "nvidia-smi/text/topo-m__l40s__595.80__nvidia-gpu-exporter.txt": (TOPO, L40S_INFER, "skip", "nvlink topology", "interconnect is pcie"),
+    # nvidia-smi -q -x
+    "nvidia-smi/xml/2x-rtx-a5000__590.44.01__telegraf.xml": (GPUS, A5000_2, "pass", None, None),
+    "nvidia-smi/xml/8x-tesla-v100s-pcie-32gb__460.73.01__datakit.xml": (GPUS, V100S_8, "fail", "persistence mode", "off on 8 GPU"),
+    "nvidia-smi/xml/a100-sxm4-80gb-mig__535.54.03__telegraf.xml": (GPUS, A100_MIG, "pass", None, None),
+    "nvidia-smi/xml/a10g__515.105.01__telegraf.xml": (GPUS, A10G, "fail", "persistence mode", "off on 1 GPU"),
+    "nvidia-smi/xml/rtx-3090__525.147.05__telegraf.xml": (GPUS, RTX3090, "pass", None, None),
+    "nvidia-smi/xml/tesla-t4__515.105.01__telegraf.xml": (GPUS, T4_INFER, "fail", "driver version", "loaded 515.105.01"),
+    # nccl-tests
+    "nccl-tests/all_reduce_perf__8x-a100-sxm4-40gb__superbench.log": (NCCL, A100_40_8, "pass", "nccl bandwidth", "235.26 GB/s"),
+    "nccl-tests/all_reduce_perf__6x-rtx-4090__tinygrad-p2p-readme.log": (NCCL, RTX4090_6, "fail", "nccl bandwidth", "24.58 GB/s bus bandwidth on 6 GPU(s), floor 40"),
+    # DCGM
+    "dcgm/dcgm-exporter-metrics__8x-h100-80gb-hbm3__580.105.08__sampled__aicr.prom": (METRICS, H100_8_SAMPLED, "pass", None, None),
+    "dcgm/dcgm-exporter-metrics__a100-mig__excerpt__cloud-native-docs.prom": (METRICS, A100_MIG, "fail", "exporter collectors", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    "dcgm/dcgm-exporter-metrics__tesla-t4__460.106.00+470.182.03__datadog.prom": (METRICS, T4_INFER, "fail", "exporter collectors", "not served: DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    "dcgm/dcgmi-diag-r1__fail__deepops-readme.txt": (DIAG, None, "fail", "dcgm diag", "Persistence Mode, Environment Variables, Page Retirement, Graphics Processes, Inforom"),
+    "dcgm/dcgmi-diag-r1__pass__deepops-readme.txt": (DIAG, None, "pass", "dcgm diag", "9 passed"),
+    "dcgm/dcgmi-diag-r2__8x-a100-sxm4-80gb-p4de__535.104.12__awsome-distributed-training.txt": (DIAG, None, "pass", "dcgm diag", "11 passed"),
+    "dcgm/dcgmi-diag-r3__8x-h200__570.133.20__ramble.txt": (DIAG, None, "pass", "dcgm diag", "skipped: EUD Test"),
+    "dcgm/dcgmi-discovery-l__quadro-rtx-6000__cloud-native-docs.txt": (DISCOVERY, QUADRO, "pass", None, None),
 }
 
 
-def test_every_error_fixture_is_classified(fixtures: Path):
-    files = sorted(p.name for p in (fixtures / "nvidia-smi" / "errors").glob("*.txt"))
-    assert files == sorted(ERRORS)
+def judge(reader: str, p: Profile | None, text: str):
+    if reader == GPUS:
+        return verify.judge_gpus(p, nvidia_smi.read(text))
+    if reader == SMI_ERROR:
+        return verify.judge_smi_failure(p, text, 9)
+    if reader == PROCESSES:
+        report = nvidia_smi.GpuReport("csv", [], processes=nvidia_smi.read_processes_csv(text))
+        return [c for c in verify.judge_gpus(p, report) if c.name == "idle"]
+    if reader == TOPO:
+        return verify.judge_topology(p, nvidia_smi.read_topo(text))
+    if reader == NVLINK:
+        return verify.judge_nvlink(p, nvidia_smi.read_nvlink_status(text))
+    if reader == NCCL:
+        return verify.judge_nccl(p, nccl_tests.read(text))
+    if reader == METRICS:
+        return verify.judge_exporter(p, dcgm.read_metrics(text))
+    if reader == DIAG:
+        return verify.judge_diag(dcgm.read_diag(text))
+    if reader == DISCOVERY:
+        return verify.judge_gpus(p, nvidia_smi.GpuReport("discovery", [nvidia_smi.Gpu(n) for n in dcgm.read_discovery(text)]))
+    raise AssertionError(reader)
 
 
-@pytest.mark.parametrize("name", sorted(ERRORS))
-def test_nvidia_smi_failures_are_classified_with_a_fix(fixtures: Path, name: str):
-    text = (fixtures / "nvidia-smi" / "errors" / name).read_text()
-    failure = verify.classify(text)
-    assert failure is not None and ERRORS[name] in failure.cause
-    checks = verify.judge(profiles.load("h100-train").profile,
-                          {"nvidia_smi": {"rc": 9, "stdout": text, "stderr": "", "missing": False}})
-    assert checks[0].status == "fail" and failure.fix in checks[0].detail
-    assert checks[1].status == "skip"
+def test_every_fixture_has_a_verdict(fixtures: Path):
+    files = {str(p.relative_to(fixtures)) for p in fixtures.rglob("*") if p.is_file() and p.name != "SOURCES.md"}
+    assert files == set(VERDICTS)
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_fixture_verdict(fixtures: Path, name: str):
+    reader, p, verdict, check, detail = VERDICTS[name]
+    text = (fixtures / name).read_text()
+    if reader == CMD:  # the CSV beside this command line has exactly the columns it asked for
+        fields = text.split("=", 1)[1].split()[0].split(",")
+        header = next(csv.reader(io.StringIO((fixtures / name.replace(".cmd.txt", ".csv")).read_text())))
+        assert [h.strip().split(" [")[0] for h in header] == [f.replace("gpu_name", "gpu_name") for f in fields]
+        return
+    checks = judge(reader, p, text)
+    assert checks, "no check came out"
+    statuses = {c.status for c in checks}
+    if verdict == "pass":
+        assert "fail" not in statuses, checks
+    if check is not None:
+        deciding = [c for c in checks if c.name == check]
+        assert deciding and deciding[0].status == verdict, checks
+        assert detail in deciding[0].detail, deciding[0].detail
+    elif verdict == "pass":
+        assert "pass" in statuses
 
 
 def test_gpu_less_host_says_so_and_passes_only_when_no_gpu_is_expected(fixtures: Path):
     text = (fixtures / "nvidia-smi/errors/nvidia-smi__no-driver__compute-gpu-installation-issue-33.txt").read_text()
-    reported = {"nvidia_smi": {"rc": 9, "stdout": text, "stderr": "", "missing": False}}
-    lab = verify.judge(profiles.load("debian12-lab").profile, reported)
+    smi = {"rc": 9, "stdout": text, "stderr": "", "missing": False}
+    lab = verify.judge(profiles.load("debian12-lab").profile, {"nvidia_smi": smi})
     assert [c.status for c in lab] == ["pass"] and "no GPU present" in lab[0].detail
-    h100 = verify.judge(profiles.load("h100-train").profile, reported)
+    h100 = verify.judge(H100, {"nvidia_smi": smi})
     assert h100[0].status == "fail" and "no GPU present" in h100[0].detail
 
 
 def test_missing_nvidia_smi():
     reported = {"nvidia_smi": {"rc": 2, "stdout": "", "stderr": "", "missing": True}}
-    assert verify.judge(profiles.load("h100-train").profile, reported)[0].status == "fail"
+    assert verify.judge(H100, reported)[0].status == "fail"
     assert verify.judge(profiles.load("debian12-lab").profile, reported)[0].status == "pass"
+
+
+def test_h100_capture_in_full_judge_with_torch_and_exporter(fixtures: Path):
+    reported = {
+        "nvidia_smi": {"rc": 0, "stdout": (fixtures / "nvidia-smi/csv/query-gpu__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.csv").read_text()},
+        "torch": {"rc": 0, "stdout": '{"version": "2.1.2+cu121", "cuda_available": true, "device_count": 1}'},
+        "exporter": {"expected": True, "unit_state": "active", "body": ""},
+        "fabric_manager": {"expected": True, "unit_state": "inactive", "installed_version": "590.48.01-1"},
+    }
+    checks = {c.name: c for c in verify.judge(H100_1, reported)}
+    assert checks["torch version"].status == "pass" and checks["torch gpus"].status == "pass"
+    assert checks["exporter metrics"].status == "fail" and "does not answer" in checks["exporter metrics"].detail
+    assert checks["fabric manager"].status == "fail" and "inactive" in checks["fabric manager"].detail
+    assert checks["nccl bandwidth"].status == "skip"
+
+
+def test_torch_on_a_lab_host():
+    lab = profiles.load("debian12-lab").profile
+    ok = verify.judge_torch(lab, {"rc": 0, "stdout": '{"version": "2.13.0+cpu", "cuda_available": false, "device_count": 0}'})
+    assert [c.status for c in ok] == ["pass", "pass"] and "no GPU present" in ok[1].detail
+    broken = verify.judge_torch(lab, {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'torch'"})
+    assert broken[0].status == "fail" and "No module named 'torch'" in broken[0].detail
