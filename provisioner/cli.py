@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -120,6 +121,27 @@ Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, help="Host
 Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.")]
 RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR",
                                        help="Where run records are kept.")]
+Batch = Annotated[Optional[str], typer.Option("--batch", help="Work on N hosts (or P%) at a time, like Ansible's serial.")]
+MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the remaining batches once more than P% "
+                                                "of a batch failed (default: never).")]
+
+
+def _batch(value: str | None) -> str | None:
+    match = re.fullmatch(r"([1-9]\d*)(%?)", value) if value is not None else None
+    if value is not None and (not match or match.group(2) and int(match.group(1)) > 100):
+        raise ProvisionError(f"--batch {value!r} is not a host count or a percentage", where="--batch",
+                             fix="use a number of hosts (--batch 10) or a percentage (--batch 20%)")
+    return value
+
+
+def _max_fail(value: str | None) -> int | None:
+    if value is None:
+        return None
+    match = re.fullmatch(r"(\d{1,3})%?", value)
+    if not match or int(match.group(1)) > 100:
+        raise ProvisionError(f"--max-fail {value!r} is not a percentage", where="--max-fail",
+                             fix="use 0 to 100, e.g. --max-fail 10%")
+    return int(match.group(1))
 
 
 @app.command()
@@ -146,18 +168,20 @@ def render(
 
 
 def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | None, forks: int | None,
-                   as_json: bool, runs_dir: Path) -> None:
+                   as_json: bool, runs_dir: Path, batch: str | None, max_fail: str | None) -> None:
     from provisioner import engine
     from provisioner.progress import Progress
     from provisioner.report import render_table
 
+    batch, max_fail_pct = _batch(batch), _max_fail(max_fail)
     target = engine.prepare(profile, inventory)  # everything validated before any host is touched
     for line in target.inventory.dropped_secrets:
         err.print(f"[yellow]warning:[/] not passing secret {line} from the inventory file; "
                   "use ansible-vault, --ask-become-pass or the environment", highlight=False)
     console = err if as_json else out
     with Progress(console) as progress:
-        report = engine.execute(command, target, runs_dir=runs_dir, limit=limit, forks=forks, hook=progress)
+        report = engine.execute(command, target, runs_dir=runs_dir, limit=limit, forks=forks, batch=batch,
+                                max_fail=max_fail_pct, hook=progress)
     if as_json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:
@@ -168,8 +192,9 @@ def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | Non
 def _host_command(command: str, doc: str) -> None:
     @friendly
     def handler(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-                as_json: Json = False, runs_dir: RunsDir = Path("provision-runs")) -> None:
-        _talk_to_hosts(command, profile, inventory, limit, forks, as_json, runs_dir)
+                as_json: Json = False, runs_dir: RunsDir = Path("provision-runs"), batch: Batch = None,
+                max_fail: MaxFail = None) -> None:
+        _talk_to_hosts(command, profile, inventory, limit, forks, as_json, runs_dir, batch, max_fail)
 
     handler.__doc__ = doc
     app.command(command)(handler)

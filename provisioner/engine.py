@@ -78,10 +78,12 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             host.checks.extend(preflight_mod.judge(profile, result.reported.get("provisioner_preflight", {})))
         elif step == "site":
             host.changed_tasks.extend(result.changed_tasks)
+            host.diffs.update(result.diffs)
             if result.changed_tasks and host.status == "ok":
                 host.status = "changed"
         elif step == "check":
             host.changed_tasks.extend(result.changed_tasks)
+            host.diffs.update(result.diffs)
             recorded = (result.facts.get("ansible_local") or {}).get("provisioner") or {}
             host.checks.extend(_recorded_profile_check(recorded, target))
             if result.changed_tasks:
@@ -119,14 +121,27 @@ def execute(
     runs_dir: Path,
     limit: str | None = None,
     forks: int | None = None,
+    batch: str | None = None,
+    max_fail: int | None = None,
     hook: EventHook | None = None,
 ) -> Report:
+    """Run `command`'s playbooks in order; a host that fails a step is left out of the next.
+
+    batch: how many hosts (N or P%) converge at once (the plays' `serial`); max_fail:
+    the percentage of a batch that may fail before the remaining batches are abandoned
+    (default: never, so one bad host never stops the others)."""
     loaded = target.loaded
+    extravars: dict[str, object] = {}
+    if batch:
+        extravars["provisioner_serial"] = batch
+    if max_fail is not None:
+        extravars["provisioner_max_fail_percentage"] = max_fail
     run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
     inventory_dir = run_dir / "inventory"
     render(loaded, target.inventory, inventory_dir, forks or 20)
     (run_dir / "profile.yml").write_text(profiles.to_yaml(loaded.profile), encoding="utf-8")
-    report = Report(command, loaded.profile.name, loaded.digest, run_dir, started=_now(), interrupted=True)
+    report = Report(command, loaded.profile.name, loaded.digest, str(target.inventory.source), run_dir,
+                    started=_now(), interrupted=True)
     report.write()  # "interrupted" until the last step says otherwise
     try:
         for step in STEPS[command]:
@@ -135,7 +150,7 @@ def execute(
                 break  # every host already failed; nothing left to run
             playbook = "site" if step == "check" else step
             run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
-                               check=step == "check", hook=hook)
+                               check=step == "check", extravars=extravars, hook=hook)
             _fold(report, step, run, target)
             if run.status in ("canceled", "timeout"):
                 return report

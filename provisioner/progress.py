@@ -40,7 +40,8 @@ class Progress:
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
         elif kind == "runner_on_start" and host:
-            self._row(host)["task"] = (data.get("task") or "").strip()
+            task = (data.get("task") or "").strip()
+            self._row(host)["task"] = f"{data['role']}: {task}" if data.get("role") else task
         elif kind == "runner_on_ok" and host:
             row = self._row(host)
             row["changed" if (data.get("res") or {}).get("changed") else "ok"] += 1
@@ -60,9 +61,9 @@ class Progress:
     def _table(self) -> Table:
         elapsed = time.monotonic() - self.started
         table = Table(title=f"{self.play}  ({elapsed:.0f}s)", title_justify="left", expand=False)
-        for column in ("host", "current task", "ok", "changed", "failed"):
+        for column in ("host", "role: current task", "ok", "changed", "failed"):
             table.add_column(column)
         for host, row in sorted(self.rows.items()):
-            task = "[red]unreachable[/]" if row["unreachable"] else escape(row["task"][:70])
+            task = "[red]unreachable[/]" if row["unreachable"] else escape(row["task"][:80])
             table.add_row(host, task, str(row["ok"]), str(row["changed"]), str(row["failed"]))
         return table

@@ -5,9 +5,10 @@ JSON shape (stable; new keys may be added, none removed or renamed):
   "command": "up", "profile": "h100-train", "profile_sha256": "...",
   "run_dir": "/abs/path", "started": "ISO-8601 UTC", "finished": "...",
   "interrupted": false, "exit_code": 0, "verdict": "one line for the fleet",
-  "errors": ["failures not tied to a host"],
+  "errors": ["failures not tied to a host"], "retry": "the command that re-runs only failed hosts, or null",
+  "inventory": "the inventory path as given",
   "hosts": [{"name": "node1", "status": "ok|changed|drift|failed|unreachable|not-verified",
-             "changed_tasks": [...], "failures": [...],
+             "changed_tasks": [...], "diffs": {"task": "unified diff or message"}, "failures": [...],
              "checks": [{"name": "...", "status": "pass|fail|skip", "detail": "..."}]}]
 }
 """
@@ -29,12 +30,13 @@ class HostReport:
     name: str
     status: str
     changed_tasks: list[str] = field(default_factory=list)
+    diffs: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "changed_tasks": self.changed_tasks,
-                "failures": self.failures, "checks": [c.as_dict() for c in self.checks]}
+                "diffs": self.diffs, "failures": self.failures, "checks": [c.as_dict() for c in self.checks]}
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Report:
     command: str
     profile: str
     profile_sha256: str
+    inventory: str
     run_dir: Path
     started: str
     finished: str = ""
@@ -74,16 +77,19 @@ class Report:
         done = {"check": "match", "preflight": "are ready for", "verify": "verified against"}.get(self.command, "converged to")
         return f"all {total} host(s) {done} profile {self.profile}"
 
-    def retry_hint(self) -> str | None:
+    def retry_command(self) -> str | None:
+        """The command that re-runs just the hosts that failed or could not be reached."""
         bad = [h.name for h in self.hosts if h.status in ("failed", "unreachable")]
-        return f"--limit {','.join(bad)}" if bad else None
+        if not bad:
+            return None
+        return f"provision {self.command} --profile {self.profile} {self.inventory} --limit {','.join(bad)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "command": self.command, "profile": self.profile, "profile_sha256": self.profile_sha256,
-            "run_dir": str(self.run_dir), "started": self.started, "finished": self.finished,
+            "inventory": self.inventory, "run_dir": str(self.run_dir), "started": self.started, "finished": self.finished,
             "interrupted": self.interrupted, "exit_code": self.exit_code, "verdict": self.verdict,
-            "errors": self.errors, "hosts": [h.as_dict() for h in self.hosts],
+            "errors": self.errors, "retry": self.retry_command(), "hosts": [h.as_dict() for h in self.hosts],
         }
 
     def write(self) -> Path:
@@ -118,7 +124,7 @@ def render_table(report: Report, console) -> None:
         console.print(f"[red]error:[/red] {escape(error)}")
     colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
     console.print(f"[bold {colour}]{report.verdict}[/]")
-    hint = report.retry_hint()
-    if hint:
-        console.print(f"retry just those: provision {report.command} --profile {report.profile} ... {hint}")
+    retry = report.retry_command()
+    if retry:
+        console.print(f"retry just those: {escape(retry)}", highlight=False, soft_wrap=True)
     console.print(f"run record: {report.run_dir}")

@@ -29,6 +29,7 @@ class HostRun:
     unreachable: bool = False
     current_task: str = ""
     changed_tasks: list[str] = field(default_factory=list)
+    diffs: dict[str, str] = field(default_factory=dict)  # changed task -> what it changed (check mode: would)
     failures: list[str] = field(default_factory=list)
     reported: dict[str, Any] = field(default_factory=dict)  # provisioner_* vars the play handed over
     facts: dict[str, Any] = field(default_factory=dict)
@@ -50,6 +51,27 @@ class PlaybookRun:
     hosts: dict[str, HostRun]
     artifacts: Path
     errors: list[str] = field(default_factory=list)  # failures not tied to a host (syntax errors, ...)
+
+
+def _diff_text(diff: Any, limit: int = 30) -> str:
+    """Ansible's --diff result (one dict or a list of them) as a short unified diff."""
+    import difflib
+
+    lines: list[str] = []
+    for part in diff if isinstance(diff, list) else [diff]:
+        if not isinstance(part, dict):
+            continue
+        if "prepared" in part:
+            lines += str(part["prepared"]).splitlines()
+            continue
+        before, after = part.get("before", ""), part.get("after", "")
+        if isinstance(before, dict) or isinstance(after, dict):
+            lines.append(f"{before} -> {after}")
+            continue
+        header = str(part.get("before_header") or part.get("after_header") or "")
+        lines += list(difflib.unified_diff(str(before).splitlines(), str(after).splitlines(),
+                                           f"{header} (now)", f"{header} (profile)", lineterm="", n=0))
+    return "\n".join(lines[:limit] + ([f"... {len(lines) - limit} more lines"] if len(lines) > limit else []))
 
 
 def _message(result: dict[str, Any]) -> str:
@@ -87,6 +109,9 @@ class EventReader:
             host = self.host(name)
             if res.get("changed"):
                 host.changed_tasks.append(task)
+                detail = _diff_text(res["diff"]) if res.get("diff") else _message(res)
+                if detail:
+                    host.diffs[task] = detail
             host.facts.update(res.get("ansible_facts") or {})
             host.reported.update({k: v for k, v in res.items() if k.startswith("provisioner_")})
         elif kind == "runner_on_failed" and name and not data.get("ignore_errors"):
@@ -114,6 +139,7 @@ def run_playbook(
     limit: str | None = None,
     forks: int | None = None,
     check: bool = False,
+    extravars: dict[str, Any] | None = None,
     hook: EventHook | None = None,
 ) -> PlaybookRun:
     import ansible_runner  # heavy; only commands that talk to hosts pay for it
@@ -133,6 +159,7 @@ def run_playbook(
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },
         cmdline=cmdline,
+        extravars=extravars or {},
         limit=limit,
         forks=forks,
         event_handler=reader,

@@ -80,3 +80,12 @@ def test_every_host_command_has_the_fleet_options():
         result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
         for option in ("--limit", "--forks", "--json", "--profile", "--runs-dir"):
             assert option in result.output, (command, option)
+
+
+def test_bad_batch_and_max_fail_are_refused_before_any_host(tmp_path: Path):
+    for args, text in ((["--batch", "0"], "--batch '0' is not a host count"),
+                       (["--batch", "150%"], "--batch '150%'"),
+                       (["--max-fail", "lots"], "--max-fail 'lots' is not a percentage")):
+        result = runner.invoke(app, ["up", "-p", "h100-train", EXAMPLE, "--runs-dir", str(tmp_path / "runs"), *args])
+        assert result.exit_code == 1 and text in result.output
+        assert not (tmp_path / "runs").exists()

@@ -33,6 +33,17 @@ def test_preflight_against_localhost_parses_per_host_results(local_inventory: Pa
     assert any(e.get("event") == "playbook_on_stats" for e in events)
 
 
+def test_batches_run_one_host_at_a_time(tmp_path: Path):
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text('[local]\nlocal-a ansible_connection=local ansible_python_interpreter="{{ ansible_playbook_python }}"\n'
+                     'local-b ansible_connection=local ansible_python_interpreter="{{ ansible_playbook_python }}"\n')
+    plays = []
+    report = engine.execute("preflight", engine.prepare("debian12-lab", hosts), runs_dir=tmp_path / "runs", batch="1",
+                            hook=lambda e: plays.append(e) if e.get("event") == "playbook_on_play_start" else None)
+    assert [h.name for h in report.hosts] == ["local-a", "local-b"] and report.exit_code == 0
+    assert len(plays) == 2  # serial: 1 runs the play once per host
+
+
 def test_verify_on_a_gpu_less_host_exits_0_only_for_a_no_gpu_profile(local_inventory: Path, tmp_path: Path):
     runs = str(tmp_path / "runs")
     lab = CliRunner().invoke(app, ["verify", "-p", "debian12-lab", str(local_inventory), "--json", "--runs-dir", runs])
@@ -51,4 +62,5 @@ def test_unreachable_host_is_reported_with_exit_1_and_a_retry_hint(tmp_path: Pat
     result = CliRunner().invoke(app, ["preflight", "-p", "debian12-lab", str(hosts), "--runs-dir", str(tmp_path / "r")],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 1
-    assert "unreachable" in result.output and "--limit ghost" in result.output
+    assert "unreachable" in result.output
+    assert f"retry just those: provision preflight --profile debian12-lab {hosts} --limit ghost" in result.output
