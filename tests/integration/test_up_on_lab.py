@@ -1,4 +1,5 @@
-"""`provision up`, `check` and drift against real lab hosts (podman systemd containers)."""
+"""`provision up`, `check` and drift against real lab hosts (podman systemd containers),
+and a fleet run where one host is down."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.lab
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
+PROFILE = "debian12-lab"
+
 
 @pytest.fixture(scope="module")
 def lab_hosts(tmp_path_factory):
@@ -23,45 +26,73 @@ def lab_hosts(tmp_path_factory):
 
     workdir = tmp_path_factory.mktemp("lab")
     prefix = f"t{os.getpid()}up"
-    result = lab.up(2, prefix, workdir)
+    result = lab.up(3, prefix, workdir)
     try:
         yield result
     finally:
         lab.down(prefix, workdir)
 
 
-def run(command: str, inventory: Path, runs: Path):
-    return engine.execute(command, engine.prepare("debian12-lab", inventory), runs_dir=runs)
+def run(command: str, inventory: Path, runs: Path, **options):
+    return engine.execute(command, engine.prepare(PROFILE, inventory), runs_dir=runs, **options)
 
 
-def test_up_converges_verifies_then_check_finds_exactly_the_drift(lab_hosts, tmp_path: Path):
+def podman(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
+
+
+def test_fleet_with_a_host_down_converges_the_rest_and_retries_just_it(lab_hosts, tmp_path: Path):
+    from provisioner import lab
+
+    down = lab_hosts.hosts[2].name
+    podman("stop", "-t", "2", down)
+    report = run("up", lab_hosts.inventory, tmp_path)
+    by_name = {h.name: h for h in report.hosts}
+    assert report.exit_code == 1
+    assert by_name[down].status == "unreachable"
+    for host in lab_hosts.hosts[:2]:
+        assert by_name[host.name].status == "changed", by_name[host.name]
+        assert all(c.status != "fail" for c in by_name[host.name].checks)
+    assert report.retry_command().endswith(f"--limit {down}")
+    assert down in report.verdict
+
+    # Bring it back (lab up restarts stopped hosts and rewrites the inventory), retry just it.
+    again = lab.up(3, lab_hosts.prefix, lab_hosts.inventory.parent)
+    retry = run("up", again.inventory, tmp_path, limit=down)
+    assert retry.exit_code == 0, retry.as_dict()
+    assert [h.name for h in retry.hosts] == [down]
+
+
+def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts, tmp_path: Path):
     inventory = lab_hosts.inventory
-    first = run("up", inventory, tmp_path)
-    assert first.exit_code == 0, first.as_dict()
-    assert [h.status for h in first.hosts] == ["changed", "changed"]
-    for host in first.hosts:
-        checks = {c.name: c for c in host.checks}
-        assert checks["os"].status == "pass"
-        assert checks["gpus"].status == "pass" and "no GPU present" in checks["gpus"].detail
-
     second = run("up", inventory, tmp_path)
-    assert second.exit_code == 0
-    assert [h.changed_tasks for h in second.hosts] == [[], []], "a second converge must change nothing"
+    assert second.exit_code == 0, second.as_dict()
+    assert [h.changed_tasks for h in second.hosts] == [[], [], []], "a second converge must change nothing"
+    for host in second.hosts:
+        checks = {c.name: c for c in host.checks}
+        assert checks["gpus"].status == "pass" and "no GPU present" in checks["gpus"].detail
 
     clean = run("check", inventory, tmp_path)
     assert clean.exit_code == 0, clean.as_dict()
-    assert [h.status for h in clean.hosts] == ["ok", "ok"]
+    assert {h.status for h in clean.hosts} == {"ok"}
 
-    # Someone removes the record on the first host: check names that host and that task only.
+    # Out of band, on the first host only: delete two managed files.
     victim = lab_hosts.hosts[0].name
-    subprocess.run(["podman", "exec", victim, "rm", "/etc/ansible/facts.d/provisioner.fact"], check=True)
+    podman("exec", victim, "rm", "/etc/ansible/facts.d/provisioner.fact",
+           "/etc/apt/apt.conf.d/51provisioner-unattended-upgrades")
     drift = run("check", inventory, tmp_path)
     assert drift.exit_code == 2
     by_name = {h.name: h for h in drift.hosts}
     assert by_name[victim].status == "drift"
-    assert by_name[victim].changed_tasks == ["Record which profile this host was converged with, for drift checks."]
+    assert sorted(by_name[victim].changed_tasks) == sorted([
+        "Keep unattended-upgrades away from the GPU driver and libraries.",
+        "Record which profile this host was converged with, for drift checks.",
+    ])
+    assert "Package-Blacklist" in by_name[victim].diffs["Keep unattended-upgrades away from the GPU driver and libraries."]
     assert any(c.name == "recorded profile" and c.status == "fail" for c in by_name[victim].checks)
-    assert by_name[lab_hosts.hosts[1].name].status == "ok"
-    # check mode changed nothing: the file is still gone
-    gone = subprocess.run(["podman", "exec", victim, "test", "-e", "/etc/ansible/facts.d/provisioner.fact"])
-    assert gone.returncode == 1
+    assert {by_name[h.name].status for h in lab_hosts.hosts[1:]} == {"ok"}
+    assert podman("exec", victim, "test", "-e", "/etc/ansible/facts.d/provisioner.fact").returncode == 1  # unchanged
+
+    repaired = run("up", inventory, tmp_path, limit=victim)
+    assert repaired.exit_code == 0
+    assert run("check", inventory, tmp_path).exit_code == 0
