@@ -92,6 +92,7 @@ class FabricManager(Strict):
 
 
 class Cuda(Strict):
+    enabled: bool = Field(True, description="false: driver-only hosts (containers bring their own CUDA)")
     source: Source | None = Field(None, description="defaults to driver.source")
     toolkits: list[CudaVersion] = Field(min_length=1)
     default: CudaVersion | None = Field(None, description="the one /usr/local/cuda points at; first toolkit if left out")
@@ -173,6 +174,9 @@ class Mirrors(Strict):
     apt_proxy: str | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
     pip_index_url: str | None = None
     pip_find_links: str | None = Field(None, description="local wheelhouse folder or URL; used before any index")
+    wheelhouse_source: str | None = Field(
+        None, description="folder of wheels on the controller, copied to each host's find-links folder; "
+                          "torch is then taken from it (it must hold the torch wheel), not from the PyTorch index")
     torch_index_url: str | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
     conda_channels: list[str] = Field(default_factory=lambda: ["conda-forge"])
     download_base_url: str | None = Field(None, description="where single-file downloads are mirrored")

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.lab
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
-PROFILE = "debian12-lab"
+# Driver-only: the full stack (CUDA toolkit, torch) is converged by the Molecule scenarios.
+PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
 
 
 @pytest.fixture(scope="module")
