@@ -10,6 +10,7 @@ how far it got.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -130,6 +131,16 @@ def execute(
     batch: how many hosts (N or P%) converge at once (the plays' `serial`); max_fail:
     the percentage of a batch that may fail before the remaining batches are abandoned
     (default: never, so one bad host never stops the others)."""
+    # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
+    old_umask = os.umask(0o077)
+    try:
+        return _execute(command, target, runs_dir, limit, forks, batch, max_fail, hook)
+    finally:
+        os.umask(old_umask)
+
+
+def _execute(command: Command, target: Target, runs_dir: Path, limit: str | None, forks: int | None,
+             batch: str | None, max_fail: int | None, hook: EventHook | None) -> Report:
     loaded = target.loaded
     extravars: dict[str, object] = {}
     if batch:
@@ -160,3 +171,11 @@ def execute(
     finally:
         report.finished = _now()
         report.write()
+        _owner_only(run_dir)
+
+
+def _owner_only(folder: Path) -> None:
+    """ansible-runner writes some files (the fact cache) world-readable whatever the umask."""
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & 0o700)

@@ -93,6 +93,8 @@ def load(path: Path) -> Inventory:
         data.reconcile_inventory()
     except AnsibleError as exc:
         message = str(exc.message).removeprefix("Failed to parse inventory: ")
+        if "not enough values to unpack" in message:  # Ansible's own words for a line it could not split
+            message = "a line could not be read as a host, a `[group]` header or `key=value` (an unclosed `[`?)"
         raise ProvisionError(f"cannot parse the inventory: {message}", where=_line_hint(path, message),
                              fix="hosts.ini takes lines like `node1 ansible_host=10.0.0.5` under `[group]` headers; "
                                  "see inventories/example/hosts.ini") from None
