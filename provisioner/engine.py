@@ -168,6 +168,8 @@ def _execute(command: Command, target: Target, runs_dir: Path, limit: str | None
             report.write()
         report.interrupted = False
         return report
+    except KeyboardInterrupt:
+        return report  # still marked interrupted; the record says how far it got
     finally:
         report.finished = _now()
         report.write()

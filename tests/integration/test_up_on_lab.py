@@ -97,3 +97,16 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     repaired = run("up", inventory, tmp_path, limit=victim)
     assert repaired.exit_code == 0
     assert run("check", inventory, tmp_path).exit_code == 0
+
+
+def test_up_finishes_a_dpkg_run_that_was_cut_off(lab_hosts, tmp_path: Path):
+    """A package left unpacked but not configured (what a killed apt leaves) is repaired first."""
+    host = lab_hosts.hosts[1].name
+    cut = podman("exec", host, "sh", "-c",
+                 "cd /tmp && apt-get download -q hello >/dev/null && dpkg --unpack hello_*.deb >/dev/null && dpkg --audit")
+    assert "hello" in cut.stdout, cut.stderr
+    report = run("up", lab_hosts.inventory, tmp_path, limit=host)
+    assert report.exit_code == 0, report.as_dict()
+    assert "Finish the interrupted dpkg run before anything else is installed." in report.hosts[0].changed_tasks
+    assert podman("exec", host, "dpkg", "--audit").stdout == ""
+    assert "install ok installed" in podman("exec", host, "dpkg-query", "-W", "-f=${Status}", "hello").stdout
