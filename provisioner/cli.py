@@ -124,6 +124,8 @@ RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR"
 Batch = Annotated[Optional[str], typer.Option("--batch", help="Work on N hosts (or P%) at a time, like Ansible's serial.")]
 MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the remaining batches once more than P% "
                                                 "of a batch failed (default: never).")]
+Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write the report as JUnit XML to this file "
+                                               "(one testcase per host per check, for CI).")]
 
 
 def _batch(value: str | None) -> str | None:
@@ -168,7 +170,8 @@ def render(
 
 
 def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | None, forks: int | None,
-                   as_json: bool, runs_dir: Path, batch: str | None, max_fail: str | None) -> None:
+                   as_json: bool, runs_dir: Path, batch: str | None, max_fail: str | None,
+                   junit: Path | None = None) -> None:
     from provisioner import engine
     from provisioner.progress import Progress
     from provisioner.report import render_table
@@ -186,6 +189,10 @@ def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | Non
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:
         render_table(report, out)
+    if junit is not None:
+        from provisioner import junit as junit_mod
+
+        console.print(f"junit: {junit_mod.write(report, junit)}", highlight=False)
     raise typer.Exit(report.exit_code)
 
 
@@ -193,8 +200,8 @@ def _host_command(command: str, doc: str) -> None:
     @friendly
     def handler(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
                 as_json: Json = False, runs_dir: RunsDir = Path("provision-runs"), batch: Batch = None,
-                max_fail: MaxFail = None) -> None:
-        _talk_to_hosts(command, profile, inventory, limit, forks, as_json, runs_dir, batch, max_fail)
+                max_fail: MaxFail = None, junit: Junit = None) -> None:
+        _talk_to_hosts(command, profile, inventory, limit, forks, as_json, runs_dir, batch, max_fail, junit)
 
     handler.__doc__ = doc
     app.command(command)(handler)
@@ -204,6 +211,88 @@ _host_command("preflight", "Read-only: check the hosts' hardware and OS against 
 _host_command("up", "Converge the hosts to the profile, then verify them (preflight -> converge -> verify).")
 _host_command("check", "Drift: run the converge in check mode and report every difference; changes nothing.")
 _host_command("verify", "Verify the hosts against the profile (nvidia-smi and friends); changes nothing.")
+
+
+# --- ecosystem: monitoring, past reports, bundles ----------------------------------------
+
+@app.command()
+@friendly
+def monitoring(
+    profile: Profile,
+    inventory: InventoryArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write prometheus/ and grafana/ into.")],
+) -> None:
+    """Render Prometheus file_sd targets + a scrape config for the hosts' dcgm-exporters, and a Grafana dashboard."""
+    from provisioner import engine
+    from provisioner import monitoring as monitoring_mod
+
+    target = engine.prepare(profile, inventory)
+    result = monitoring_mod.render(target.loaded, target.inventory, output)
+    for warning in result.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    for path in result.files:
+        out.print(str(path), highlight=False)
+    out.print(f"{len(result.targets)} target(s); dashboard panels: {', '.join(result.panels)}",
+              highlight=False, soft_wrap=True)
+    if result.unpanelled:
+        out.print(f"collected but shown in no panel: {', '.join(result.unpanelled)}", highlight=False, soft_wrap=True)
+    out.print(f"check: promtool check config {output.resolve()}/prometheus/scrape-dcgm.yml", highlight=False,
+              soft_wrap=True)
+
+
+@app.command("report")
+@friendly
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (printed as `run record:` at the end of a run).")],
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as one self-contained "
+                                                 "HTML page to this file.")] = None,
+    junit: Junit = None,
+    as_json: Json = False,
+) -> None:
+    """Show a past run's report again (from its report.json); --html writes it as a web page."""
+    from provisioner import html_report
+    from provisioner.report import render_table
+
+    report = html_report.load_report(run_dir)
+    console = err if as_json else out
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    else:
+        render_table(report, out)
+    if html is not None:
+        console.print(f"html: {html_report.write(report, html)}", highlight=False)
+    if junit is not None:
+        from provisioner import junit as junit_mod
+
+        console.print(f"junit: {junit_mod.write(report, junit)}", highlight=False)
+
+
+@app.command()
+@friendly
+def bundle(
+    profile: Profile,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The tarball to write.")] = Path("bundle.tar.gz"),
+    cloud_init_url: Annotated[Optional[str], typer.Option(
+        "--cloud-init-url", help="Also write <output>.cloud-init.yml: a #cloud-config that fetches the bundle from "
+                                 "this URL (or path on the node), checks its sha256 and applies it at first boot.")] = None,
+) -> None:
+    """Write a self-contained tarball (playbooks, roles, resolved profile, local.yml) a node applies to itself."""
+    from provisioner import bundle as bundle_mod
+    from provisioner import profiles
+
+    loaded = profiles.load(profile)
+    for warning in bundle_mod.warnings_for(loaded):
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    path = bundle_mod.build(loaded, output)
+    digest = bundle_mod.sha256_of(path)
+    out.print(f"{path}  sha256 {digest}", highlight=False, soft_wrap=True)
+    if cloud_init_url:
+        snippet = path.with_name(path.name.removesuffix(".gz").removesuffix(".tar") + ".cloud-init.yml")
+        snippet.write_text(bundle_mod.cloud_init(cloud_init_url, digest,
+                                                 pip_index_url=loaded.profile.mirrors.pip_index_url), encoding="utf-8")
+        out.print(f"cloud-init: {snippet}", highlight=False)
+    out.print(f"apply on a node (root): mkdir -p /opt/provisioner/bundle && tar -xzf {path.name} "
+              "-C /opt/provisioner/bundle && /opt/provisioner/bundle/apply.sh", highlight=False, soft_wrap=True)
 
 
 # --- lab ------------------------------------------------------------------------------

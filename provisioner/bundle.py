@@ -1,0 +1,332 @@
+"""`provision bundle`: one tarball a node applies to itself (cloud-init, ansible-pull, by hand).
+
+Past a few hundred hosts one controller is the bottleneck; a node that converges itself
+at boot needs no controller at all. The bundle holds everything the converge needs:
+
+    playbooks/ roles/            the same content `provision up` runs
+    profile.yml                  the resolved profile (for people; the roles read group_vars)
+    inventory/hosts.ini          localhost, connection local
+    inventory/group_vars/all/provisioner.yml   the profile as the roles' variables
+    ansible.cfg                  relative roles_path and inventory
+    local.yml                    applies playbooks/site.yml to localhost
+    apply.sh                     fetch-less apply: venv with ansible-core, then local.yml
+    README.md, BUNDLE.json       what this is, and the profile/version it was made from
+
+The tarball is deterministic: sorted entries, fixed mtime, uid/gid 0, no gzip timestamp,
+so the same profile and content give the same bytes (and the same sha256).
+`cloud_init()` renders a #cloud-config that fetches it, checks its sha256, unpacks it and
+runs `ansible-playbook -i inventory local.yml`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import stat
+import tarfile
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from provisioner import __version__, paths, profiles
+from provisioner.errors import ProvisionError
+from provisioner.profiles import Loaded
+from provisioner.render import role_vars
+
+# 2026-01-01T00:00:00Z: entries get this mtime (or $SOURCE_DATE_EPOCH).
+FIXED_MTIME = 1767225600
+ANSIBLE_CORE = "ansible-core>=2.15,<2.20"
+INSTALL_DIR = "/opt/provisioner"
+_SKIP_DIRS = {"__pycache__", ".git", "molecule", ".pytest_cache", ".cache"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".retry", ".swp", "~")
+
+LOCAL_YML = """\
+---
+# Converge this machine to the bundled profile: the same site.yml `provision up` runs,
+# on localhost over the local connection (inventory/hosts.ini).
+#   ansible-playbook -i inventory local.yml            (or: ./apply.sh)
+- name: Converge this machine to the bundled profile.
+  ansible.builtin.import_playbook: playbooks/site.yml
+"""
+
+INVENTORY = """\
+# This machine, over the local connection. The profile is in group_vars/all/provisioner.yml.
+[local]
+localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3
+"""
+
+ANSIBLE_CFG = """\
+# Relative paths are relative to this file. Used when ansible-playbook runs in this
+# folder (or with ANSIBLE_CONFIG pointing here).
+[defaults]
+inventory = inventory
+roles_path = roles
+gathering = smart
+interpreter_python = auto_silent
+retry_files_enabled = False
+"""
+
+APPLY_SH = """\
+#!/bin/sh
+# Apply this bundle to this machine: make a venv with ansible-core (once), then run
+# local.yml over the local connection. Run as root from anywhere.
+#   ./apply.sh [extra ansible-playbook options, e.g. --check --diff]
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+venv="${{PROVISIONER_ANSIBLE_VENV:-{install_dir}/ansible}}"
+if [ ! -x "$venv/bin/ansible-playbook" ]; then
+  if ! dpkg -s python3-venv >/dev/null 2>&1; then  # Debian/Ubuntu ship venv apart from python3
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
+  fi
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check '{ansible_core}'
+fi
+cd "$here"
+export ANSIBLE_CONFIG="$here/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_DEPRECATION_WARNINGS=0
+exec "$venv/bin/ansible-playbook" -i inventory local.yml "$@"
+"""
+
+README = """\
+# gpu-provisioner bundle: profile {name}
+
+Made by `provision bundle` (gpu-provisioner {version}) from profile `{name}`
+(sha256 {digest}). It converges the machine it runs on to that profile, with the
+same playbooks and roles `provision up` uses, over Ansible's local connection.
+
+## Apply it
+
+As root, on the node (Ubuntu 22.04 or Debian 12, Python 3 present):
+
+    mkdir -p {install_dir}/bundle && tar -xzf bundle.tar.gz -C {install_dir}/bundle
+    {install_dir}/bundle/apply.sh                  # makes {install_dir}/ansible (ansible-core), then converges
+
+or, with ansible-core already installed:
+
+    cd {install_dir}/bundle && ansible-playbook -i inventory local.yml
+
+A second run reports changed=0. `--check --diff` shows drift without changing anything.
+
+## At first boot (cloud-init)
+
+`provision bundle --profile {name} -o bundle.tar.gz --cloud-init-url URL` writes a
+#cloud-config beside the tarball: it downloads URL, refuses it unless its sha256 matches,
+unpacks it to {install_dir}/bundle and runs apply.sh. Output goes to cloud-init's log
+(/var/log/cloud-init-output.log).
+
+## With ansible-pull
+
+Commit this folder's contents to a git repository, then on each node:
+
+    ansible-pull -U https://git.example/fleet-bundle.git -i inventory local.yml
+
+## What is inside
+
+- `local.yml`: imports `playbooks/site.yml` for localhost
+- `inventory/hosts.ini`, `inventory/group_vars/all/provisioner.yml`: this machine, and the profile as the roles' variables
+- `profile.yml`: the resolved profile, for reading (the roles read group_vars only)
+- `playbooks/`, `roles/`, `ansible.cfg`, `apply.sh`, `BUNDLE.json`
+"""
+
+
+def _mtime() -> int:
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    return int(value) if value and value.isdigit() else FIXED_MTIME
+
+
+def _content_files() -> dict[str, Path]:
+    """playbooks/ and roles/ as archive name -> file on disk."""
+    root = paths.ansible_root()
+    files: dict[str, Path] = {}
+    for top in ("playbooks", "roles"):
+        for dirpath, dirnames, filenames in os.walk(root / top):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+            for name in sorted(filenames):
+                if name.startswith(".") or name.endswith(_SKIP_SUFFIXES):
+                    continue
+                path = Path(dirpath) / name
+                if path.is_symlink() or not path.is_file():
+                    continue  # no links in a bundle: it must unpack the same anywhere
+                files[path.relative_to(root).as_posix()] = path
+    return files
+
+
+def _dump(data: object) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
+
+
+def warnings_for(loaded: Loaded) -> list[str]:
+    """Profile settings that name files on the controller, which a self-applying node lacks."""
+    p = loaded.profile
+    out = []
+    if p.mirrors.wheelhouse_source:
+        out.append(f"mirrors.wheelhouse_source ({p.mirrors.wheelhouse_source}) is a folder on the controller; "
+                   "with the bundle it is read on the node itself, so put the wheels there first")
+    if p.mirrors.ca_certificates:
+        out.append("mirrors.ca_certificates name files on the controller; the node reads them from its own disk")
+    for label, value in (("python_env.conda_installer", p.python_env.conda_installer),
+                         ("dcgm.exporter.binary", p.dcgm.exporter.binary), ("nccl.tests_source", p.nccl.tests_source)):
+        if value and not value.startswith(("http://", "https://")):
+            out.append(f"{label} ({value}) is a path: it must exist on the node itself")
+    return out
+
+
+def members(loaded: Loaded) -> dict[str, bytes | Path]:
+    """Everything in the bundle: archive name -> bytes, or the file whose bytes go in."""
+    p = loaded.profile
+    header = f"# Rendered by `provision bundle` from profile {p.name} (sha256 {loaded.digest}).\n"
+    manifest = {"profile": p.name, "profile_sha256": loaded.digest, "provisioner_version": __version__,
+                "ansible_core": ANSIBLE_CORE, "apply": "ansible-playbook -i inventory local.yml"}
+    generated: dict[str, bytes | Path] = {
+        "README.md": README.format(name=p.name, digest=loaded.digest, version=__version__,
+                                   install_dir=INSTALL_DIR).encode(),
+        "BUNDLE.json": (json.dumps(manifest, indent=2) + "\n").encode(),
+        "ansible.cfg": ANSIBLE_CFG.encode(),
+        "apply.sh": APPLY_SH.format(install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
+        "local.yml": LOCAL_YML.encode(),
+        "inventory/hosts.ini": INVENTORY.encode(),
+        "inventory/group_vars/all/provisioner.yml": (header + _dump(role_vars(loaded))).encode(),
+        "profile.yml": (header + profiles.to_yaml(p)).encode(),
+    }
+    content: dict[str, bytes | Path] = dict(_content_files())
+    clash = sorted(set(content) & set(generated))
+    if clash:  # cannot happen with playbooks/ and roles/ only; kept so a future folder cannot shadow a file
+        raise ProvisionError(f"bundle entries collide: {', '.join(clash)}")
+    return {**content, **generated}
+
+
+def _tarinfo(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.type = size, mode, kind
+    info.mtime = _mtime()
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def build(loaded: Loaded, out_path: Path) -> Path:
+    """Write the bundle tarball (gzip) for `loaded`; returns its path. Same input, same bytes."""
+    out_path = Path(out_path).expanduser()
+    if out_path.is_dir():
+        raise ProvisionError("the output path is a folder", where=str(out_path),
+                             fix="pass a file name, e.g. -o bundle.tar.gz")
+    entries = members(loaded)
+    dirs = sorted({str(Path(name).parents[i]) for name in entries for i in range(len(Path(name).parents) - 1)})
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name in sorted([*dirs, *entries], key=lambda n: n.split("/")):
+            if name in dirs and name not in entries:
+                tar.addfile(_tarinfo(name + "/", 0, 0o755, tarfile.DIRTYPE))
+                continue
+            source = entries[name]
+            if isinstance(source, Path):
+                data = source.read_bytes()
+                executable = source.stat().st_mode & stat.S_IXUSR
+            else:
+                data = source
+                executable = name == "apply.sh"
+            tar.addfile(_tarinfo(name, len(data), 0o755 if executable else 0o644), io.BytesIO(data))
+    os.replace(tmp, out_path)
+    return out_path
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sh_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def apply_script(url_or_path: str, sha256: str, *, ansible_core: str = ANSIBLE_CORE,
+                 pip_index_url: str | None = None) -> str:
+    """The shell script the cloud-config runs: fetch, check sha256, unpack, apply."""
+    pip_env = f"export PIP_INDEX_URL={_sh_quote(pip_index_url)}\n" if pip_index_url else ""
+    return textwrap.dedent(f"""\
+        #!/bin/sh
+        # Rendered by `provision bundle`: fetch the bundle, refuse it unless its sha256 matches,
+        # unpack it to {INSTALL_DIR}/bundle and converge this machine with it.
+        set -eu
+        source={_sh_quote(url_or_path)}
+        sha256={sha256}
+        base="${{PROVISIONER_BASE:-{INSTALL_DIR}}}"
+        umask 022
+        mkdir -p "$base"
+        part="$base/bundle.tar.gz.part"
+        case "$source" in
+          http://*|https://*) curl -fsSL --retry 5 --retry-delay 5 -o "$part" "$source" ;;
+          file://*) cp "${{source#file://}}" "$part" ;;
+          *) cp "$source" "$part" ;;
+        esac
+        if ! echo "$sha256  $part" | sha256sum -c --quiet -; then
+          echo "provision bundle: $source does not have sha256 $sha256; refusing to apply it" >&2
+          rm -f "$part"
+          exit 1
+        fi
+        mv "$part" "$base/bundle.tar.gz"
+        rm -rf "$base/bundle.new"
+        mkdir "$base/bundle.new"
+        tar -xzf "$base/bundle.tar.gz" -C "$base/bundle.new" --no-same-owner
+        rm -rf "$base/bundle"
+        mv "$base/bundle.new" "$base/bundle"
+        {pip_env}export PROVISIONER_ANSIBLE_VENV="$base/ansible"
+        if [ ! -x "$base/ansible/bin/ansible-playbook" ]; then
+          if ! dpkg -s python3-venv >/dev/null 2>&1; then  # Debian/Ubuntu ship venv apart from python3
+            apt-get update -q
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
+          fi
+          python3 -m venv "$base/ansible"
+          "$base/ansible/bin/pip" install -q --disable-pip-version-check {_sh_quote(ansible_core)}
+        fi
+        cd "$base/bundle"
+        ANSIBLE_CONFIG="$base/bundle/ansible.cfg" ANSIBLE_NOCOLOR=1 \\
+          "$base/ansible/bin/ansible-playbook" -i inventory local.yml
+        """)
+
+
+class _LiteralDumper(yaml.SafeDumper):
+    """Multi-line strings as `|` blocks, so the script in the cloud-config reads as a script."""
+
+
+_LiteralDumper.add_representer(
+    str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+
+def cloud_init(url_or_path: str, sha256: str | None = None, *, ansible_core: str = ANSIBLE_CORE,
+               pip_index_url: str | None = None) -> str:
+    """A #cloud-config that applies the bundle at first boot.
+
+    url_or_path: where the node gets the tarball (https://..., file://... or a path on
+    the node). sha256: the tarball's; read from url_or_path when that is a file here."""
+    if sha256 is None:
+        local = Path(url_or_path.removeprefix("file://")).expanduser()
+        if not local.is_file():
+            raise ProvisionError("the bundle's sha256 is needed to render the cloud-init snippet",
+                                 where=url_or_path, fix="pass the sha256 of the tarball, or build it first "
+                                                        "(provision bundle -o FILE --cloud-init-url URL)")
+        sha256 = sha256_of(local)
+    sha256 = sha256.lower()
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ProvisionError(f"{sha256!r} is not a sha256 (64 hex digits)", where="sha256")
+    config = {
+        "write_files": [{
+            "path": "/usr/local/sbin/provision-apply-bundle",
+            "owner": "root:root",
+            "permissions": "0755",
+            "content": apply_script(url_or_path, sha256, ansible_core=ansible_core, pip_index_url=pip_index_url),
+        }],
+        "runcmd": [["/usr/local/sbin/provision-apply-bundle"]],
+    }
+    body = yaml.dump(config, Dumper=_LiteralDumper, sort_keys=False, default_flow_style=False, width=1000)
+    return (f"#cloud-config\n# Rendered by `provision bundle` (gpu-provisioner {__version__}): apply the bundle "
+            f"{url_or_path} (sha256 {sha256}) at first boot.\n" + body)

@@ -1,0 +1,176 @@
+"""Prometheus and Grafana glue for the fleet's dcgm-exporters (`provision monitoring`).
+
+Writes, into one folder:
+
+- ``prometheus/dcgm-targets.json``: a ``file_sd`` targets file, one target per host
+  (``<ansible_host or name>:<port>``) labelled ``host``, ``profile`` and ``gpu_model``;
+- ``prometheus/scrape-dcgm.yml``: a Prometheus config whose one scrape job reads that
+  file (a whole prometheus.yml, so ``promtool check config`` accepts it; copy its job
+  into your own configuration);
+- ``grafana/dcgm-dashboard.json``: our dashboard (provisioner/data/grafana-dcgm.json)
+  cut down to the panels whose metrics the profile's exporter collects.
+
+Every panel of the shipped dashboard queries only metrics seen in real dcgm-exporter
+scrapes (tests/test_monitoring.py holds it to ../shared/fixtures/dcgm/). Nothing here
+talks to a host.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.errors import ProvisionError
+from provisioner.inventory import Inventory
+from provisioner.profiles import Loaded
+
+DASHBOARD = Path(__file__).resolve().parent / "data" / "grafana-dcgm.json"
+METRIC_RE = re.compile(r"\bDCGM_FI_[A-Z0-9_]+\b")
+_TEMPLATE_METRIC = "__METRIC__"  # the dashboard's variables query a metric the profile collects
+HEADER = "# Rendered by `provision monitoring` from profile {name} (sha256 {digest}).\n# Do not edit: re-render instead.\n"
+
+
+@dataclass
+class Monitoring:
+    """What `render` wrote and what the user should know about it."""
+
+    files: list[Path]
+    targets: list[str]
+    panels: list[str]                                         # dashboard panel titles kept
+    unpanelled: list[str] = field(default_factory=list)      # collected metrics no panel shows
+    warnings: list[str] = field(default_factory=list)
+
+    def __iter__(self):
+        return iter(self.files)
+
+
+def panel_metrics(panel: dict[str, Any]) -> set[str]:
+    return {m for t in panel.get("targets", []) for m in METRIC_RE.findall(t.get("expr", ""))}
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    """Every PromQL text the dashboard sends: panel targets and variable queries."""
+    queries = [t["expr"] for p in dashboard.get("panels", []) for t in p.get("targets", []) if t.get("expr")]
+    for var in dashboard.get("templating", {}).get("list", []):
+        query = var.get("query")
+        if isinstance(query, dict):
+            query = query.get("query")
+        if var.get("type") == "query" and query:
+            queries.append(query)
+    return queries
+
+
+def _address(host: str, variables: dict[str, Any]) -> str:
+    address = str(variables.get("ansible_host") or host)
+    try:
+        if isinstance(ipaddress.ip_address(address), ipaddress.IPv6Address):
+            return f"[{address}]"
+    except ValueError:
+        pass
+    return address
+
+
+def dashboard(loaded: Loaded) -> tuple[dict[str, Any], list[str]]:
+    """Our dashboard cut to the profile's collectors; also the collectors no panel shows."""
+    collectors = set(loaded.profile.dcgm.exporter.collectors)
+    source = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    kept = [p for p in source["panels"] if panel_metrics(p) and panel_metrics(p) <= collectors]
+    if not kept:
+        raise ProvisionError(
+            f"profile {loaded.profile.name!r} collects no DCGM metric the dashboard can show",
+            where="dcgm.exporter.collectors",
+            fix="collect at least DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_GPU_TEMP or DCGM_FI_DEV_POWER_USAGE")
+    board = copy.deepcopy(source)
+    board.pop("__comment", None)
+    board["title"] = f"{source['title']}: {loaded.profile.name}"
+    board["uid"] = f"{source['uid']}-{loaded.profile.name}"[:40]
+    # Two panels a row, in the dashboard's own order, ids and positions renumbered.
+    board["panels"] = []
+    for index, panel in enumerate(kept):
+        panel = copy.deepcopy(panel)
+        panel["id"] = index + 1
+        panel["gridPos"] = {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)}
+        board["panels"].append(panel)
+    # Variables list hosts and profiles from a metric every kept panel's host exports.
+    template_metric = sorted(panel_metrics(kept[0]))[0]
+    text = json.dumps(board["templating"]).replace(_TEMPLATE_METRIC, template_metric)
+    board["templating"] = json.loads(text)
+    shown = set().union(*(panel_metrics(p) for p in kept))
+    unpanelled = sorted(collectors - shown)
+    return board, unpanelled
+
+
+def targets(loaded: Loaded, inventory: Inventory) -> list[dict[str, Any]]:
+    profile = loaded.profile
+    port = profile.dcgm.exporter.port
+    model = profile.hardware.gpu.model if profile.expects_gpu and profile.hardware.gpu.model else "none"
+    return [
+        {"targets": [f"{_address(name, inventory.hosts[name])}:{port}"],
+         "labels": {"host": name, "profile": profile.name, "gpu_model": model}}
+        for name in inventory.hostnames()
+    ]
+
+
+def scrape_config(loaded: Loaded, targets_file: str) -> str:
+    job = {
+        "job_name": f"dcgm-exporter-{loaded.profile.name}",
+        "scrape_interval": "15s",
+        "scrape_timeout": "10s",
+        "metrics_path": "/metrics",
+        "file_sd_configs": [{"files": [targets_file], "refresh_interval": "5m"}],
+    }
+    return (HEADER.format(name=loaded.profile.name, digest=loaded.digest)
+            + "# A whole prometheus.yml with one job; copy the job into your own configuration and point\n"
+            + "# `files` at where you keep the targets file (relative paths are relative to this file).\n"
+            + yaml.safe_dump({"scrape_configs": [job]}, sort_keys=False, default_flow_style=False))
+
+
+def warnings_for(loaded: Loaded, inventory: Inventory) -> list[str]:
+    profile = loaded.profile
+    exporter = profile.dcgm.exporter
+    out: list[str] = []
+    if not (profile.dcgm.enabled and exporter.enabled):
+        out.append(f"profile {profile.name!r} does not run dcgm-exporter (dcgm.enabled / dcgm.exporter.enabled is "
+                   "false): these targets will be down until it does")
+    address = ipaddress.ip_address(str(exporter.listen_address))
+    if address.is_loopback:
+        out.append(f"dcgm.exporter.listen_address is {address} (loopback): a Prometheus on another machine cannot "
+                   f"scrape it; set listen_address to 0.0.0.0 (or the hosts' monitoring interface) and re-run "
+                   f"provision up, or run Prometheus on each host")
+    elif not address.is_unspecified:
+        out.append(f"dcgm.exporter.listen_address is {address}, one fixed address for every host: only a host that "
+                   "owns that address serves the exporter; the targets use each host's ansible_host instead")
+    return out
+
+
+def render(loaded: Loaded, inventory: Inventory, out_dir: Path) -> Monitoring:
+    """Write the targets, the scrape config and the dashboard; same input, same bytes."""
+    out_dir = Path(out_dir).expanduser().resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ProvisionError("the output path exists and is not a folder", where=str(out_dir),
+                             fix="pass a new or existing folder with -o")
+    board, unpanelled = dashboard(loaded)
+    sd = targets(loaded, inventory)
+    files = {
+        out_dir / "prometheus" / "dcgm-targets.json": json.dumps(sd, indent=2) + "\n",
+        out_dir / "prometheus" / "scrape-dcgm.yml": scrape_config(loaded, "dcgm-targets.json"),
+        out_dir / "grafana" / "dcgm-dashboard.json": json.dumps(board, indent=2) + "\n",
+    }
+    old_umask = os.umask(0o022)  # read by the Prometheus and Grafana services' own users
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    finally:
+        os.umask(old_umask)
+    return Monitoring(files=sorted(files), targets=[t["targets"][0] for t in sd],
+                      panels=[p["title"] for p in board["panels"]], unpanelled=unpanelled,
+                      warnings=warnings_for(loaded, inventory))
