@@ -176,6 +176,10 @@ def judge_diag(results: list[dcgm.DiagResult]) -> list[Check]:
 
 
 def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
+    if "ran" in torch and not _truthy(torch.get("ran")):
+        env = profile.python_env
+        return [failed("torch", f"no Python environment {env.name} on this host ({' '.join(str(torch.get('stderr', '')).split())[:200]}): "
+                                "run provision up")]
     if int(torch.get("rc", -1)) != 0:
         return [failed("torch", f"import torch failed in the environment: {' '.join(str(torch.get('stderr', '')).split())[-300:]}")]
     info = json.loads(str(torch.get("stdout", "")).strip().splitlines()[-1])

@@ -234,3 +234,9 @@ def test_torch_on_a_lab_host():
     assert [c.status for c in ok] == ["pass", "pass"] and "no GPU present" in ok[1].detail
     broken = verify.judge_torch(lab, {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'torch'"})
     assert broken[0].status == "fail" and "No module named 'torch'" in broken[0].detail
+
+
+def test_torch_without_an_environment_on_the_host():
+    lab = profiles.load("debian12-lab").profile
+    checks = verify.judge_torch(lab, {"ran": False, "rc": -1, "stderr": "no python_env local fact"})
+    assert checks[0].status == "fail" and "run provision up" in checks[0].detail
