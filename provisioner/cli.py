@@ -174,7 +174,6 @@ def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | Non
                    junit: Path | None = None) -> None:
     from provisioner import engine
     from provisioner.progress import Progress
-    from provisioner.report import render_table
 
     batch, max_fail_pct = _batch(batch), _max_fail(max_fail)
     target = engine.prepare(profile, inventory)  # everything validated before any host is touched
@@ -185,15 +184,27 @@ def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | Non
     with Progress(console) as progress:
         report = engine.execute(command, target, runs_dir=runs_dir, limit=limit, forks=forks, batch=batch,
                                 max_fail=max_fail_pct, hook=progress)
+    _show(report, as_json, junit)
+    raise typer.Exit(report.exit_code)
+
+
+def _show(report, as_json: bool, junit: Path | None, html: Path | None = None) -> None:
+    """The report as a table (or JSON on stdout), and the files asked for beside it."""
+    from provisioner.report import render_table
+
     if as_json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:
         render_table(report, out)
+    console = err if as_json else out
+    if html is not None:
+        from provisioner import html_report
+
+        console.print(f"html: {html_report.write(report, html)}", highlight=False)
     if junit is not None:
         from provisioner import junit as junit_mod
 
         console.print(f"junit: {junit_mod.write(report, junit)}", highlight=False)
-    raise typer.Exit(report.exit_code)
 
 
 def _host_command(command: str, doc: str) -> None:
@@ -251,20 +262,9 @@ def report_command(
 ) -> None:
     """Show a past run's report again (from its report.json); --html writes it as a web page."""
     from provisioner import html_report
-    from provisioner.report import render_table
 
     report = html_report.load_report(run_dir)
-    console = err if as_json else out
-    if as_json:
-        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
-    else:
-        render_table(report, out)
-    if html is not None:
-        console.print(f"html: {html_report.write(report, html)}", highlight=False)
-    if junit is not None:
-        from provisioner import junit as junit_mod
-
-        console.print(f"junit: {junit_mod.write(report, junit)}", highlight=False)
+    _show(report, as_json, junit, html)
 
 
 @app.command()
