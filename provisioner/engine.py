@@ -110,9 +110,7 @@ def _healthy(report: Report, limit: str | None) -> str | None:
     """The --limit for the next step: hosts with no failure and no failed check so far."""
     if not report.hosts:
         return limit
-    good = [h.name for h in report.hosts
-            if h.status not in ("failed", "unreachable") and not any(c.status == "fail" for c in h.checks)]
-    return ",".join(good)
+    return ",".join(h.name for h in report.hosts if not h.broken and not any(c.status == "fail" for c in h.checks))
 
 
 def execute(

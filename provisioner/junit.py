@@ -50,7 +50,7 @@ def _outcome(case: ET.Element, kind: str, message: str, body: str = "", type_: s
 
 def _status_case(suite: ET.Element, command: str, host: HostReport) -> None:
     case = _case(suite, host.name, f"{command} run")
-    if host.status in ("failed", "unreachable"):
+    if host.broken:
         failures = host.failures or [f"the host is {host.status}"]
         _outcome(case, "failure", f"{host.status}: {failures[0]}", "\n".join(failures), type_=host.status)
     elif host.status == "drift":

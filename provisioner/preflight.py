@@ -55,8 +55,8 @@ def _pci_checks(profile: Profile, facts: dict[str, Any]) -> list[Check]:
     gpus = [line for line in lines if any(cls in line for cls in GPU_CLASSES)]
     nvswitches = [line for line in lines if any(dev in line for dev in NVSWITCH_IDS)]
     if hw.gpu.count == 0:
-        checks = [passed("gpus", f"{len(gpus)} NVIDIA GPU(s); profile expects none")] if not gpus else [
-            passed("gpus", f"{len(gpus)} NVIDIA GPU(s) present; the profile expects none and will not use them")]
+        unused = " present; the profile expects none and will not use them" if gpus else "; profile expects none"
+        checks = [passed("gpus", f"{len(gpus)} NVIDIA GPU(s){unused}")]
     else:
         detail = f"{len(gpus)} NVIDIA GPU(s) on the PCI bus, profile expects {hw.gpu.count}"
         if not gpus:

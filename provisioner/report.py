@@ -34,6 +34,16 @@ class HostReport:
     failures: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
 
+    @property
+    def broken(self) -> bool:
+        """Ansible could not finish with this host: a task failed or it was unreachable."""
+        return self.status in ("failed", "unreachable")
+
+    @property
+    def falls_short(self) -> bool:
+        """The host was reached but differs from the profile: drift or a failed check."""
+        return self.status == "drift" or any(c.status == "fail" for c in self.checks)
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "changed_tasks": self.changed_tasks,
                 "diffs": self.diffs, "failures": self.failures, "checks": [c.as_dict() for c in self.checks]}
@@ -54,17 +64,17 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        if self.errors or self.interrupted or any(h.status in ("failed", "unreachable") for h in self.hosts):
+        if self.errors or self.interrupted or any(h.broken for h in self.hosts):
             return EXIT_ERROR
-        if any(h.status == "drift" or any(c.status == "fail" for c in h.checks) for h in self.hosts):
+        if any(h.falls_short for h in self.hosts):
             return EXIT_FAILED_CHECKS
         return EXIT_OK
 
     @property
     def verdict(self) -> str:
         total = len(self.hosts)
-        bad = [h.name for h in self.hosts if h.status in ("failed", "unreachable")]
-        failing = [h.name for h in self.hosts if h.status == "drift" or any(c.status == "fail" for c in h.checks)]
+        bad = [h.name for h in self.hosts if h.broken]
+        failing = [h.name for h in self.hosts if h.falls_short]
         if self.interrupted:
             return f"interrupted: the {self.command} run was stopped before it finished"
         if self.errors:
@@ -79,7 +89,7 @@ class Report:
 
     def retry_command(self) -> str | None:
         """The command that re-runs just the hosts that failed or could not be reached."""
-        bad = [h.name for h in self.hosts if h.status in ("failed", "unreachable")]
+        bad = [h.name for h in self.hosts if h.broken]
         if not bad:
             return None
         return f"provision {self.command} --profile {self.profile} {self.inventory} --limit {','.join(bad)}"
