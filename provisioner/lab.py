@@ -467,7 +467,7 @@ def down(prefix: str = "lab", workdir: Path = Path("lab"), *, progress: Progress
          stop_cache: bool = True) -> DownResult:
     """Remove the lab's containers and the files `up` wrote in `workdir` (inventory,
     known_hosts, key, state; the folder too when that leaves it empty). Stops the apt
-    cache daemon when no lab of any prefix is left (its cached files stay)."""
+    cache daemon when no container is running any more (its cached files stay)."""
     _check_prefix(prefix)
     _preflight(need_ssh=False)
     workdir = Path(workdir).resolve()
@@ -492,7 +492,9 @@ def down(prefix: str = "lab", workdir: Path = Path("lab"), *, progress: Progress
         if workdir.is_dir() and not any(workdir.iterdir()):
             workdir.rmdir()
     stopped = False
-    if stop_cache and not _lab_containers(None):
+    # Other labs and Molecule's test hosts (not labelled as ours) may be downloading
+    # through the cache: it is stopped only when no container at all is running.
+    if stop_cache and not _podman("ps", "-q").stdout.strip():
         stopped = cache_stop()
     return DownResult(prefix, names, files, stopped)
 

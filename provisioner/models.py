@@ -124,6 +124,14 @@ class Nccl(Library):
     tests_source: str | None = Field(None, description="URL or path of the nccl-tests source tarball")
     tests_sha256: Sha256 | None = None
 
+    @model_validator(mode="after")
+    def _tests_need_a_checked_source(self) -> Nccl:
+        # The role downloads nothing without a checksum, so refuse here rather than on the host.
+        if self.tests and not (self.tests_source and self.tests_sha256):
+            raise ValueError("nccl.tests needs tests_source (the nccl-tests source tarball: URL or path) "
+                             "and tests_sha256 (its sha256); or set tests: false")
+        return self
+
 
 class Torch(Strict):
     version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
@@ -170,7 +178,9 @@ class Dcgm(Strict):
 class Mirrors(Strict):
     """Where packages come from; every field has a public default so only air-gapped sites set these."""
 
-    cuda_repo_url: str | None = Field(None, description="base URL of NVIDIA's CUDA apt repository (or a mirror)")
+    cuda_repo_url: str | None = Field(
+        None, description="mirror of NVIDIA's CUDA repositories root (the folder holding ubuntu2204/, debian12/); "
+                          "the distribution and architecture folders are appended")
     apt_proxy: str | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
     pip_index_url: str | None = None
     pip_find_links: str | None = Field(None, description="local wheelhouse folder or URL; used before any index")

@@ -103,7 +103,7 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
             })
     optional = {
         "common_apt_proxy": m.apt_proxy,
-        "nvidia_driver_cuda_repo_url": m.cuda_repo_url,
+        "nvidia_driver_cuda_repo_base_url": m.cuda_repo_url,
         "python_env_pip_index_url": m.pip_index_url,
         "python_env_pip_find_links": m.pip_find_links,
         "python_env_wheelhouse_source": m.wheelhouse_source,

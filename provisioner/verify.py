@@ -9,6 +9,7 @@ plainly, and pass only when the profile expects no GPU.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from provisioner import compat, dcgm, nccl_tests, nvidia_smi
@@ -213,9 +214,24 @@ def judge_fabric_manager(profile: Profile, fm: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def judge_cuda_toolkit(profile: Profile, nvcc: dict[str, Any]) -> list[Check]:
+    """nvcc must report the profile's default toolkit release (the one on PATH)."""
+    if not profile.cuda.enabled:
+        return [skipped("cuda toolkit", "the profile installs no toolkit (cuda.enabled false)")]
+    wanted = profile.cuda.default
+    out = str(nvcc.get("stdout", ""))
+    found = re.search(r"release (\d+\.\d+),", out)
+    if int(nvcc.get("rc", -1)) != 0 or not found:
+        return [failed("cuda toolkit", f"nvcc is not on the host (wanted CUDA {wanted}): run provision up")]
+    return [(passed if found.group(1) == wanted else failed)(
+        "cuda toolkit", f"nvcc reports release {found.group(1)} (profile: {wanted})")]
+
+
 def judge(profile: Profile, reported: dict[str, Any]) -> list[Check]:
     """Every check for one host, from gpu_verify's `provisioner_verify`."""
     checks = judge_nvidia_smi(profile, reported.get("nvidia_smi") or {})
+    if "cuda_toolkit" in reported:
+        checks += judge_cuda_toolkit(profile, reported["cuda_toolkit"])
     if "fabric_manager" in reported:
         checks += judge_fabric_manager(profile, reported["fabric_manager"])
     torch = reported.get("torch")
@@ -225,7 +241,9 @@ def judge(profile: Profile, reported: dict[str, Any]) -> list[Check]:
     if _truthy(nccl.get("ran")):
         checks += judge_nccl(profile, nccl_tests.read(str(nccl.get("stdout", ""))))
     elif profile.verify.nccl_min_busbw_gbps and profile.expects_gpu:
-        checks.append(skipped("nccl bandwidth", "nccl-tests did not run on this host"))
+        why = ("nccl-tests did not run on this host" if profile.nccl.tests
+               else "nccl-tests are not built (set nccl.tests, tests_source and tests_sha256 in the profile)")
+        checks.append(skipped("nccl bandwidth", why))
     exporter = reported.get("exporter") or {}
     if profile.dcgm.enabled and profile.dcgm.exporter.enabled:
         if exporter.get("body"):

@@ -145,14 +145,14 @@ def test_t4_infer_cuda_11_8(tmp_path):
 
 def test_mirror_open_modules_cudnn9_and_branch_580(tmp_path):
     got, out = _compute("h100-train", tmp_path,
-                        nvidia_driver_cuda_repo_url="http://mirror.example/cuda/ubuntu2204/x86_64",
+                        nvidia_driver_cuda_repo_base_url="http://mirror.example/cuda/repos/",
                         nvidia_driver_kernel_modules="open", nvidia_driver_branch=580,
                         nvidia_driver_version="580.65.06", fabric_manager_version="580.65.06",
                         cudnn_package="libcudnn9-cuda-12", cudnn_package_version="9.1.0.70-1", cudnn_version="9.1.0.70")
     assert got["driver"] == ["nvidia-driver-580-open"]
     assert got["fabric_manager"] == "nvidia-fabricmanager"
     assert got["cudnn"] == ["libcudnn9-cuda-12", "libcudnn9-dev-cuda-12"]
-    assert "URIs: http://mirror.example/cuda/ubuntu2204/x86_64/\n" in (out / "cuda.sources").read_text()
+    assert "URIs: http://mirror.example/cuda/repos/ubuntu2204/x86_64/\n" in (out / "cuda.sources").read_text()
 
 
 def test_playbooks_pass_syntax_check():

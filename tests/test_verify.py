@@ -240,3 +240,22 @@ def test_torch_without_an_environment_on_the_host():
     lab = profiles.load("debian12-lab").profile
     checks = verify.judge_torch(lab, {"ran": False, "rc": -1, "stderr": "no python_env local fact"})
     assert checks[0].status == "fail" and "run provision up" in checks[0].detail
+
+
+NVCC_11_8 = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2022 NVIDIA Corporation
+Built on Wed_Sep_21_10:33:58_PDT_2022
+Cuda compilation tools, release 11.8, V11.8.89
+Build cuda_11.8.r11.8/compiler.31833905_0
+"""
+
+
+def test_nvcc_release_is_judged_against_the_default_toolkit():
+    lab = profiles.load("debian12-lab").profile
+    assert [c.status for c in verify.judge_cuda_toolkit(lab, {"rc": 0, "stdout": NVCC_11_8})] == ["pass"]
+    wrong = verify.judge_cuda_toolkit(H100, {"rc": 0, "stdout": NVCC_11_8})
+    assert wrong[0].status == "fail" and "release 11.8 (profile: 12.2)" in wrong[0].detail
+    absent = verify.judge_cuda_toolkit(lab, {"rc": 127, "stdout": ""})
+    assert absent[0].status == "fail" and "run provision up" in absent[0].detail
+    driver_only = lab.model_copy(update={"cuda": lab.cuda.model_copy(update={"enabled": False})})
+    assert verify.judge_cuda_toolkit(driver_only, {"rc": 127, "stdout": ""})[0].status == "skip"

@@ -144,7 +144,15 @@ def test_status_and_down_leave_nothing(lab):
     assert [h.name for h in st] == [h.name for h in lab.hosts]
     assert all(h.state == "running" for h in st)
 
-    res = labmod.down(lab.prefix, lab.inventory.parent)
+    # A container that is not ours (a Molecule test host) may still fetch through the apt
+    # cache: down must leave the cache running for it.
+    other = subprocess.run(["podman", "run", "-d", "--rm", "localhost/provisioner-lab:latest", "sleep", "120"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        res = labmod.down(lab.prefix, lab.inventory.parent)
+        assert res.cache_stopped is False and labmod._cache_pid() is not None
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", other], capture_output=True, check=False)
     assert sorted(res.removed_containers) == sorted(h.name for h in lab.hosts)
     left = subprocess.run(["podman", "ps", "-a", "--filter", f"label={labmod.LABEL}={lab.prefix}", "--format", "json"],
                           capture_output=True, text=True, check=True)
