@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import engine
+from provisioner import engine, profiles
 
 pytestmark = pytest.mark.lab
 
@@ -19,6 +19,7 @@ if os.geteuid() != 0 or shutil.which("podman") is None:
 
 # Driver-only: the full stack (CUDA toolkit, torch) is converged by the Molecule scenarios.
 PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
+DRIVER = profiles.load(PROFILE).profile.driver.version
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +78,21 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     assert clean.exit_code == 0, clean.as_dict()
     assert {h.status for h in clean.hosts} == {"ok"}
 
-    # Out of band, on the first host only: delete two managed files.
+    # Out of band, on the first host only: delete two managed files, remove a hold, stop
+    # and disable the persistence daemon (the one unit a GPU-less lab host keeps enabled),
+    # and move a pinned driver package to the archive's other version.
     victim = lab_hosts.hosts[0].name
     podman("exec", victim, "rm", "/etc/ansible/facts.d/provisioner.fact",
            "/etc/apt/apt.conf.d/51provisioner-unattended-upgrades")
+    assert podman("exec", victim, "apt-mark", "unhold", "nvidia-smi").returncode == 0
+    assert podman("exec", victim, "systemctl", "disable", "--now", "nvidia-persistenced").returncode == 0
+    older = podman("exec", victim, "sh", "-c", "apt-cache madison nvidia-legacy-check | awk '{print $3}' | grep -v '^" +
+                   DRIVER + "-' | head -1").stdout.strip()
+    assert older, "the archive should offer another nvidia-legacy-check version"
+    moved = podman("exec", victim, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
+                   "--allow-downgrades", "--allow-change-held-packages", "--no-install-recommends",
+                   f"nvidia-legacy-check={older}")
+    assert moved.returncode == 0, moved.stdout + moved.stderr
     drift = run("check", inventory, tmp_path)
     assert drift.exit_code == 2
     by_name = {h.name: h for h in drift.hosts}
@@ -88,14 +100,23 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     assert sorted(by_name[victim].changed_tasks) == sorted([
         "Keep unattended-upgrades away from the GPU driver and libraries.",
         "Record which profile this host was converged with, for drift checks.",
+        "Hold every driver package so apt upgrade cannot move it.",
+        "Enable the persistence daemon (started only on a real host with its module loaded).",
+        "Put driver packages that moved off their pinned version back on it.",
     ])
     assert "Package-Blacklist" in by_name[victim].diffs["Keep unattended-upgrades away from the GPU driver and libraries."]
     assert any(c.name == "recorded profile" and c.status == "fail" for c in by_name[victim].checks)
     assert {by_name[h.name].status for h in lab_hosts.hosts[1:]} == {"ok"}
     assert podman("exec", victim, "test", "-e", "/etc/ansible/facts.d/provisioner.fact").returncode == 1  # unchanged
 
+    # check mode changed nothing on the host
+    assert older in podman("exec", victim, "dpkg-query", "-W", "-f=${Version}", "nvidia-legacy-check").stdout
+
     repaired = run("up", inventory, tmp_path, limit=victim)
-    assert repaired.exit_code == 0
+    assert repaired.exit_code == 0, repaired.as_dict()
+    assert podman("exec", victim, "dpkg-query", "-W", "-f=${Version}", "nvidia-legacy-check").stdout.startswith(DRIVER + "-")
+    assert "nvidia-smi" in podman("exec", victim, "apt-mark", "showhold").stdout.split()
+    assert podman("exec", victim, "systemctl", "is-enabled", "nvidia-persistenced").stdout.strip() == "enabled"
     assert run("check", inventory, tmp_path).exit_code == 0
 
 
