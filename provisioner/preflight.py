@@ -28,11 +28,7 @@ def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
     ram_gib = int(facts.get("memtotal_mb") or 0) / 1024
     checks.append(at_least("memory", round(ram_gib, 1), hw.min_ram_gib, "GiB", slack=MEMORY_SLACK))
 
-    free = int(facts.get("root_free_bytes") or -1)
-    if free < 0:
-        checks.append(skipped("free disk", "could not read the free space on /"))
-    else:
-        checks.append(at_least("free disk", round(free / 2**30, 1), hw.min_free_disk_gib, "GiB free on /"))
+    checks.append(_disk_check(hw.min_free_disk_gib, facts.get("disk_free") or []))
 
     checks.extend(_pci_checks(profile, facts))
 
@@ -44,6 +40,25 @@ def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
     if facts.get("virtualization_role") == "guest" and facts.get("virtualization_type") in ("podman", "docker", "container", "lxc"):
         checks.append(skipped("kernel modules", f"a {facts['virtualization_type']} container: kernel-module work is skipped here"))
     return checks
+
+
+def _disk_check(need_gib: float, df_lines: list[str]) -> Check:
+    """Every filesystem under /, /usr, /var and /opt (df -P -B1 --output=target,avail) needs
+    the profile's free space: packages land in /usr and /var, environments in /opt."""
+    free: dict[str, float] = {}
+    for line in df_lines:
+        parts = str(line).split()
+        if len(parts) == 2 and parts[1].isdigit():
+            free[parts[0]] = round(int(parts[1]) / 2**30, 1)
+    if not free:
+        return skipped("free disk", "could not read the free space (df printed nothing usable)")
+    short = {mount: gib for mount, gib in free.items() if gib < need_gib}
+    listed = ", ".join(f"{mount} {gib:g} GiB" for mount, gib in sorted(free.items()))
+    if short:
+        worst = min(short, key=short.get)
+        return failed("free disk", f"{worst} has {short[worst]:g} GiB free, the stack needs >= {need_gib:g} GiB "
+                                   f"({need_gib - short[worst]:.1f} GiB more); free: {listed}")
+    return passed("free disk", f"free: {listed} (profile needs >= {need_gib:g} GiB)")
 
 
 def _pci_checks(profile: Profile, facts: dict[str, Any]) -> list[Check]:

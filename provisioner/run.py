@@ -155,6 +155,9 @@ def run_playbook(
             "ANSIBLE_CONFIG": str(inventory_dir / "ansible.cfg"),
             "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
             "ANSIBLE_NOCOLOR": "1",
+            # ansible-runner turns host key checking off unless told otherwise; ours stays on
+            # (the rendered ansible.cfg says so) unless the user's own environment says no.
+            "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
             # ansible-playbook is installed beside this Python (a venv need not be on PATH).
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },

@@ -5,7 +5,7 @@ from provisioner import preflight, profiles
 # The shape playbooks/preflight.yml reports, as read off a real 8x H100 HGX node's facts.
 HGX = {
     "distribution": "Ubuntu", "distribution_version": "22.04", "vcpus": 224, "memtotal_mb": 2063731,
-    "root_free_bytes": 3 * 2**40, "lspci_rc": 0,
+    "disk_free": ["Mounted on Avail", f"/ {3 * 2**40}"], "lspci_rc": 0,
     "lspci": [f"{bus}:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)"
               for bus in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
              + [f"0{n}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] (rev a1)" for n in range(4)],
@@ -52,3 +52,17 @@ def test_container_lab_host():
     assert checks["os"].status == "pass"
     assert checks["gpus"].status == "skip" and "lspci" in checks["gpus"].detail
     assert checks["kernel modules"].status == "skip" and "podman container" in checks["kernel modules"].detail
+
+
+def test_a_small_separate_filesystem_is_refused_with_the_space_needed():
+    # df over / /usr /var /opt where /opt is its own, nearly full, filesystem
+    facts = dict(HGX, disk_free=["Mounted on        Avail", f"/ {500 * 2**30}", f"/ {500 * 2**30}",
+                                 f"/ {500 * 2**30}", f"/opt {3 * 2**30}"])
+    check = by_name(preflight.judge(profiles.load("h100-train").profile, facts))["free disk"]
+    assert check.status == "fail"
+    assert check.detail.startswith("/opt has 3 GiB free, the stack needs >= 100 GiB (97.0 GiB more)")
+
+
+def test_unreadable_free_space_is_a_skip_not_a_pass():
+    check = by_name(preflight.judge(profiles.load("h100-train").profile, dict(HGX, disk_free=[])))["free disk"]
+    assert check.status == "skip" and "could not read" in check.detail

@@ -66,3 +66,19 @@ def test_unreachable_host_is_reported_with_exit_1_and_a_retry_hint(tmp_path: Pat
     assert result.exit_code == 1
     assert "unreachable" in result.output
     assert f"retry just those: provision preflight --profile debian12-lab {hosts} --limit ghost" in result.output
+
+
+def test_ssh_keeps_host_key_checking_on(tmp_path: Path):
+    """ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False by default; Ansible then puts
+    `-o StrictHostKeyChecking=no` first on ssh's command line, where it wins over any
+    later option. A stand-in ssh records the arguments Ansible really passes."""
+    argv_log = tmp_path / "ssh-argv"
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {argv_log}\necho "ssh: connect: Connection refused" >&2\nexit 255\n')
+    fake_ssh.chmod(0o755)
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(f"[gpu]\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_ssh_executable={fake_ssh}\n")
+    report = engine.execute("preflight", engine.prepare("debian12-lab", hosts), runs_dir=tmp_path / "runs")
+    assert report.hosts[0].status == "unreachable"
+    args = argv_log.read_text().splitlines()
+    assert "StrictHostKeyChecking=no" not in args, args
