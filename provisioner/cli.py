@@ -171,7 +171,7 @@ def render(
 
 def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | None, forks: int | None,
                    as_json: bool, runs_dir: Path, batch: str | None, max_fail: str | None,
-                   junit: Path | None = None) -> None:
+                   junit: Path | None = None, deep: bool = False, full: bool = False) -> None:
     from provisioner import engine
     from provisioner.progress import Progress
 
@@ -183,7 +183,7 @@ def _talk_to_hosts(command: str, profile: str, inventory: Path, limit: str | Non
     console = err if as_json else out
     with Progress(console) as progress:
         report = engine.execute(command, target, runs_dir=runs_dir, limit=limit, forks=forks, batch=batch,
-                                max_fail=max_fail_pct, hook=progress)
+                                max_fail=max_fail_pct, hook=progress, deep=deep, full=full)
     _show(report, as_json, junit)
     raise typer.Exit(report.exit_code)
 
@@ -219,9 +219,38 @@ def _host_command(command: str, doc: str) -> None:
 
 
 _host_command("preflight", "Read-only: check the hosts' hardware and OS against the profile.")
-_host_command("up", "Converge the hosts to the profile, then verify them (preflight -> converge -> verify).")
-_host_command("check", "Drift: run the converge in check mode and report every difference; changes nothing.")
 _host_command("verify", "Verify the hosts against the profile (nvidia-smi and friends); changes nothing.")
+
+
+@app.command("up")
+@friendly
+def up(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
+       runs_dir: RunsDir = Path("provision-runs"), batch: Batch = None, max_fail: MaxFail = None, junit: Junit = None,
+       full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
+                                                         "as its last converge with this profile left it.")] = False,
+       ) -> None:
+    """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
+
+    A host already in the state its last converge with this profile recorded is not converged again.
+
+    --full converges it anyway; verify runs on every host."""
+    _talk_to_hosts("up", profile, inventory, limit, forks, as_json, runs_dir, batch, max_fail, junit, full=full)
+
+
+@app.command("check")
+@friendly
+def check(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
+          runs_dir: RunsDir = Path("provision-runs"), batch: Batch = None, max_fail: MaxFail = None,
+          junit: Junit = None,
+          deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
+                                                            "(slower; also sees what a changed profile would do).")] = False,
+          ) -> None:
+    """Drift: compare each host with the state recorded at its last converge; changes nothing.
+
+    Names every managed package, hold, file and unit that moved since, and the profile's change.
+
+    --deep runs the converge in check mode with diffs instead (slower)."""
+    _talk_to_hosts("check", profile, inventory, limit, forks, as_json, runs_dir, batch, max_fail, junit, deep=deep)
 
 
 # --- ecosystem: monitoring, past reports, bundles ----------------------------------------

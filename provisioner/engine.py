@@ -19,7 +19,7 @@ from provisioner import inventory as inventory_mod
 from provisioner import preflight as preflight_mod
 from provisioner import profiles
 from provisioner import verify as verify_mod
-from provisioner.checks import failed
+from provisioner.checks import failed, passed
 from provisioner.render import render
 from provisioner.report import HostReport, Report
 from provisioner.run import EventHook, PlaybookRun, run_playbook
@@ -31,6 +31,9 @@ STEPS: dict[str, tuple[str, ...]] = {
     "check": ("check",),
     "verify": ("verify",),
 }
+# `check --deep`: the whole converge play in check mode with diffs, instead of the one
+# module call that compares each host with the state recorded at its last converge.
+DEEP_CHECK = ("deep-check",)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,14 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             if result.changed_tasks and host.status == "ok":
                 host.status = "changed"
         elif step == "check":
+            state = result.reported.get("provisioner_state") or {}
+            host.checks.extend(_recorded_profile_check(state if state.get("recorded") else {}, target))
+            for item, detail in state_drift(state):
+                host.changed_tasks.append(item)
+                host.diffs[item] = detail
+            if host.changed_tasks:
+                host.status = "drift"
+        elif step == "deep-check":
             host.changed_tasks.extend(result.changed_tasks)
             host.diffs.update(result.diffs)
             recorded = (result.facts.get("ansible_local") or {}).get("provisioner") or {}
@@ -93,6 +104,21 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
     report.errors.extend(run.errors)
     report.hosts.sort(key=lambda h: h.name)
+
+
+def state_drift(state: dict) -> list[tuple[str, str]]:
+    """The differences provisioner_state found between a host and its record, as
+    (item, what changed) pairs, plus packages dpkg left half-configured."""
+    found = [(d["item"], f"recorded: {d['recorded']}; now: {d['now']}") for d in state.get("differences") or []]
+    if state.get("dpkg_audit"):
+        found.append(("dpkg: packages left half-configured by an interrupted run",
+                      " ".join(str(state["dpkg_audit"]).split())[:500]))
+    return found
+
+
+def in_recorded_state(state: dict, target: Target) -> bool:
+    """Converged with this very profile and nothing managed has moved since: no converge needed."""
+    return bool(state.get("recorded")) and not state_drift(state) and not _recorded_profile_check(state, target)
 
 
 def _recorded_profile_check(recorded: dict, target: Target):
@@ -123,8 +149,14 @@ def execute(
     batch: str | None = None,
     max_fail: int | None = None,
     hook: EventHook | None = None,
+    deep: bool = False,
+    full: bool = False,
 ) -> Report:
     """Run `command`'s playbooks in order; a host that fails a step is left out of the next.
+
+    deep (check): run the converge play in check mode instead of comparing with the
+    recorded state; full (up): converge every host, even those whose preflight found them
+    exactly in the state recorded at their last converge with this profile.
 
     batch: how many hosts (N or P%) converge at once (the plays' `serial`); max_fail:
     the percentage of a batch that may fail before the remaining batches are abandoned
@@ -132,13 +164,15 @@ def execute(
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
     try:
-        return _execute(command, target, runs_dir, limit, forks, batch, max_fail, hook)
+        steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
+        return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full)
     finally:
         os.umask(old_umask)
 
 
-def _execute(command: Command, target: Target, runs_dir: Path, limit: str | None, forks: int | None,
-             batch: str | None, max_fail: int | None, hook: EventHook | None) -> Report:
+def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir: Path, limit: str | None,
+             forks: int | None, batch: str | None, max_fail: int | None, hook: EventHook | None,
+             full: bool) -> Report:
     loaded = target.loaded
     extravars: dict[str, object] = {}
     if batch:
@@ -153,14 +187,19 @@ def _execute(command: Command, target: Target, runs_dir: Path, limit: str | None
                     started=_now(), interrupted=True)
     report.write()  # "interrupted" until the last step says otherwise
     try:
-        for step in STEPS[command]:
-            step_limit = limit if step == STEPS[command][0] else _healthy(report, limit)
+        in_sync: set[str] = set()
+        for step in steps:
+            step_limit = limit if step == steps[0] else _healthy(report, limit)
+            if step == "site" and in_sync:  # after preflight, so step_limit names the healthy hosts
+                step_limit = ",".join(h for h in (step_limit or "").split(",") if h and h not in in_sync)
             if step_limit == "":
-                break  # every host already failed; nothing left to run
-            playbook = "site" if step == "check" else step
+                continue  # no host left for this step
+            playbook = {"deep-check": "site"}.get(step, step)
             run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
-                               check=step == "check", extravars=extravars, hook=hook)
+                               check=step == "deep-check", extravars=extravars, hook=hook)
             _fold(report, step, run, target)
+            if step == "preflight" and command == "up" and not full:
+                in_sync = _skip_converged(report, run, target)
             if run.status in ("canceled", "timeout"):
                 return report
             report.write()
@@ -172,6 +211,19 @@ def _execute(command: Command, target: Target, runs_dir: Path, limit: str | None
         report.finished = _now()
         report.write()
         _owner_only(run_dir)
+
+
+def _skip_converged(report: Report, run: PlaybookRun, target: Target) -> set[str]:
+    """Hosts preflight found exactly as their last converge with this profile left them:
+    the converge is skipped for them (verify still runs)."""
+    skip = set()
+    for host in report.hosts:
+        result = run.hosts.get(host.name)
+        if result and not host.broken and in_recorded_state(result.reported.get("provisioner_state") or {}, target):
+            skip.add(host.name)
+            host.checks.append(passed("converge", "skipped: the host is in the state its last converge with this "
+                                                  "profile recorded (provision up --full converges anyway)"))
+    return skip
 
 
 def _owner_only(folder: Path) -> None:

@@ -67,12 +67,18 @@ def test_fleet_with_a_host_down_converges_the_rest_and_retries_just_it(lab_hosts
 
 def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts, tmp_path: Path):
     inventory = lab_hosts.inventory
-    second = run("up", inventory, tmp_path)
-    assert second.exit_code == 0, second.as_dict()
-    assert [h.changed_tasks for h in second.hosts] == [[], [], []], "a second converge must change nothing"
-    for host in second.hosts:
+    # A full converge of hosts already converged: every task runs, none changes anything.
+    full = run("up", inventory, tmp_path, full=True)
+    assert full.exit_code == 0, full.as_dict()
+    assert [h.changed_tasks for h in full.hosts] == [[], [], []], "a second converge must change nothing"
+    for host in full.hosts:
         checks = {c.name: c for c in host.checks}
         assert checks["gpus"].status == "pass" and "no GPU present" in checks["gpus"].detail
+    # The default: preflight finds each host in its recorded state and skips the converge.
+    second = run("up", inventory, tmp_path)
+    assert second.exit_code == 0, second.as_dict()
+    for host in second.hosts:
+        assert host.changed_tasks == [] and any(c.name == "converge" and "skipped" in c.detail for c in host.checks)
 
     clean = run("check", inventory, tmp_path)
     assert clean.exit_code == 0, clean.as_dict()
@@ -82,7 +88,7 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     # and disable the persistence daemon (the one unit a GPU-less lab host keeps enabled),
     # and move a pinned driver package to the archive's other version.
     victim = lab_hosts.hosts[0].name
-    podman("exec", victim, "rm", "/etc/ansible/facts.d/provisioner.fact",
+    podman("exec", victim, "rm", "/etc/modprobe.d/provisioner-blacklist-nouveau.conf",
            "/etc/apt/apt.conf.d/51provisioner-unattended-upgrades")
     assert podman("exec", victim, "apt-mark", "unhold", "nvidia-smi").returncode == 0
     assert podman("exec", victim, "systemctl", "disable", "--now", "nvidia-persistenced").returncode == 0
@@ -93,23 +99,38 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
                    "--allow-downgrades", "--allow-change-held-packages", "--no-install-recommends",
                    f"nvidia-legacy-check={older}")
     assert moved.returncode == 0, moved.stdout + moved.stderr
+
+    # The fast check (one module call per host) names each item.
     drift = run("check", inventory, tmp_path)
     assert drift.exit_code == 2
     by_name = {h.name: h for h in drift.hosts}
     assert by_name[victim].status == "drift"
     assert sorted(by_name[victim].changed_tasks) == sorted([
+        "file /etc/apt/apt.conf.d/51provisioner-unattended-upgrades deleted",
+        "file /etc/modprobe.d/provisioner-blacklist-nouveau.conf deleted",
+        "hold removed: nvidia-smi",
+        "unit nvidia-persistenced.service enabled",
+        "package nvidia-legacy-check",
+    ])
+    assert by_name[victim].diffs["package nvidia-legacy-check"].endswith(f"now: {older} (held)")
+    assert by_name[victim].diffs["unit nvidia-persistenced.service enabled"] == "recorded: enabled; now: disabled"
+    assert {by_name[h.name].status for h in lab_hosts.hosts[1:]} == {"ok"}
+
+    # The deep check (the converge in check mode) names the tasks that would repair them.
+    deep = run("check", inventory, tmp_path, deep=True)
+    assert deep.exit_code == 2
+    by_name = {h.name: h for h in deep.hosts}
+    assert sorted(by_name[victim].changed_tasks) == sorted([
         "Keep unattended-upgrades away from the GPU driver and libraries.",
-        "Record which profile this host was converged with, for drift checks.",
+        "Blacklist nouveau so the NVIDIA module can bind the GPUs (a file only; also in a container, "
+        "whose image may boot a host).",
         "Hold every driver package so apt upgrade cannot move it.",
         "Enable the persistence daemon (started only on a real host with its module loaded).",
         "Put driver packages that moved off their pinned version back on it.",
     ])
     assert "Package-Blacklist" in by_name[victim].diffs["Keep unattended-upgrades away from the GPU driver and libraries."]
-    assert any(c.name == "recorded profile" and c.status == "fail" for c in by_name[victim].checks)
     assert {by_name[h.name].status for h in lab_hosts.hosts[1:]} == {"ok"}
-    assert podman("exec", victim, "test", "-e", "/etc/ansible/facts.d/provisioner.fact").returncode == 1  # unchanged
-
-    # check mode changed nothing on the host
+    # neither check changed the host
     assert older in podman("exec", victim, "dpkg-query", "-W", "-f=${Version}", "nvidia-legacy-check").stdout
 
     repaired = run("up", inventory, tmp_path, limit=victim)
@@ -117,6 +138,19 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     assert podman("exec", victim, "dpkg-query", "-W", "-f=${Version}", "nvidia-legacy-check").stdout.startswith(DRIVER + "-")
     assert "nvidia-smi" in podman("exec", victim, "apt-mark", "showhold").stdout.split()
     assert podman("exec", victim, "systemctl", "is-enabled", "nvidia-persistenced").stdout.strip() == "enabled"
+    assert run("check", inventory, tmp_path).exit_code == 0
+
+    # The record itself gone, or the profile edited since: said as such.
+    podman("exec", victim, "rm", "/etc/ansible/facts.d/provisioner.fact")
+    never = {h.name: h for h in run("check", inventory, tmp_path).hosts}[victim]
+    assert any(c.name == "recorded profile" and "never converged" in c.detail for c in never.checks)
+    assert run("up", inventory, tmp_path, limit=victim).exit_code == 0
+    edited = tmp_path / "edited.yml"
+    edited.write_text(Path(PROFILE).read_text().replace("description: ", "description: edited; ", 1))
+    changed = engine.execute("check", engine.prepare(str(edited), inventory), runs_dir=tmp_path)
+    assert changed.exit_code == 2
+    assert all(any(c.name == "recorded profile" and "the profile changed" in c.detail for c in h.checks)
+               for h in changed.hosts)
     assert run("check", inventory, tmp_path).exit_code == 0
 
 

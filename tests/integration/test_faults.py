@@ -1,0 +1,97 @@
+"""Faults injected into a real test host (a podman systemd container reached over the
+podman connection): a nearly full filesystem, dpkg's lock held by another process. In
+each case the run refuses or fails that host with the reason, touches nothing it should
+not, and the host converges once the fault is gone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from provisioner import engine
+
+pytestmark = pytest.mark.lab
+
+if os.geteuid() != 0 or shutil.which("podman") is None:
+    pytest.skip("test hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
+
+PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
+HOST = f"t{os.getpid()}faults"
+
+
+def podman(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """One fresh lab-image host whose /opt is a 64 MiB tmpfs (a small separate filesystem)."""
+    from provisioner import lab, lab_image
+
+    image = lab_image.ensure()
+    proxy = lab.cache_start(lab.network_gateway())
+    podman("run", "-d", "--name", HOST, "--hostname", HOST, "--systemd=always",
+           "--tmpfs", "/opt:rw,size=64m,mode=0755", image, "/sbin/init", check=True)
+    try:
+        podman("exec", HOST, "sh", "-c", f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {lab.PROXY_DROPIN}",
+               check=True)
+        inventory = tmp_path_factory.mktemp("faults") / "hosts.ini"
+        inventory.write_text(f"[lab]\n{HOST} ansible_connection=containers.podman.podman "
+                             "ansible_python_interpreter=/usr/bin/python3 common_apt_lock_timeout=5\n")
+        yield inventory
+    finally:
+        podman("rm", "-f", "-t", "0", HOST)
+
+
+def installed(package: str) -> bool:
+    return "install ok installed" in podman("exec", HOST, "dpkg-query", "-W", "-f=${Status}", package).stdout
+
+
+def test_a_nearly_full_filesystem_is_refused_by_preflight_and_nothing_is_touched(host: Path, tmp_path: Path):
+    podman("exec", HOST, "fallocate", "-l", "60M", "/opt/filler", check=True)
+    try:
+        report = engine.execute("up", engine.prepare(PROFILE, host), runs_dir=tmp_path)
+    finally:
+        podman("exec", HOST, "rm", "-f", "/opt/filler")
+    assert report.exit_code != 0
+    [result] = report.hosts
+    disk = next(c for c in result.checks if c.name == "free disk")
+    assert disk.status == "fail"
+    assert disk.detail.startswith("/opt has 0 GiB free, the stack needs >= 10 GiB (10.0 GiB more)"), disk.detail
+    assert result.changed_tasks == [], "a host that fails preflight must not be converged"
+    assert not installed("nvidia-driver")
+
+
+def test_a_held_dpkg_lock_fails_the_host_after_the_bound_then_the_host_converges(host: Path, tmp_path: Path):
+    # /opt stays too small for the profile: this test is about the lock, so the disk floor is
+    # lowered in a copy of the profile.
+    profile = tmp_path / "lab-small-disk.yml"
+    profile.write_text(f"extends: {PROFILE}\nname: lab-small-disk\ndescription: lab driver-only, tiny /opt\n"
+                       "hardware:\n  min_free_disk_gib: 0\n")
+    locker = ("import fcntl, time\n"
+              "f = open('/var/lib/dpkg/lock-frontend', 'r+')\n"
+              "fcntl.lockf(f, fcntl.LOCK_EX)\n"
+              "time.sleep(600)\n")
+    podman("exec", "-d", HOST, "python3", "-c", locker, check=True)
+    time.sleep(1)
+    start = time.monotonic()
+    report = engine.execute("up", engine.prepare(str(profile), host), runs_dir=tmp_path)
+    took = time.monotonic() - start
+    [result] = report.hosts
+    assert report.exit_code == 1 and result.status == "failed"
+    message = " ".join(result.failures)
+    assert "dpkg is locked by pid" in message and "python3 -c import fcntl" in message, message
+    assert "the bound is 5 s" in message
+    assert took < 120, f"the bound is 5 s; the whole run took {took:.0f} s"
+    assert not installed("nvidia-driver")
+    assert podman("exec", HOST, "dpkg", "--audit").stdout == ""
+
+    podman("exec", HOST, "pkill", "-f", "fcntl.lockf")
+    again = engine.execute("up", engine.prepare(str(profile), host), runs_dir=tmp_path)
+    assert again.exit_code == 0, again.as_dict()
+    assert installed("nvidia-driver")

@@ -1,0 +1,108 @@
+"""The state record behind the fast drift check (playbooks/library/provisioner_state.py),
+run for real on this machine through Ansible (its packages, a file of ours), and the
+controller side that turns its findings into drift items and the `up` skip decision."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner import engine, profiles
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.ansible
+
+
+def module(args: dict, check: bool = False) -> dict:
+    cmd = [str(BIN / "ansible"), "localhost", "-c", "local", "-m", "provisioner_state", "-a", json.dumps(args),
+           "-e", f"ansible_python_interpreter={sys.executable}", "-o"] + (["--check"] if check else [])
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
+    return json.loads(out[out.index("{"):])
+
+
+def test_record_then_compare_names_exactly_what_moved(tmp_path: Path):
+    managed_file = tmp_path / "managed.conf"
+    managed_file.write_text("setting = 1\n")
+    record = tmp_path / "provisioner.fact"
+    managed = {"held_packages": ["dpkg"], "packages": ["coreutils", "no-such-package-here"],
+               "files": [str(managed_file), str(tmp_path / "absent.conf")]}
+    args = {"action": "record", "path": str(record), "profile": "p", "profile_sha256": "abc", "managed": [managed]}
+
+    first = module(args)
+    assert first["changed"] is True
+    saved = json.loads(record.read_text())
+    dpkg = saved["state"]["held_packages"]["dpkg"]
+    assert dpkg["version"] and dpkg["hold"] is False
+    assert saved["state"]["packages"] == {"coreutils": True, "no-such-package-here": False}
+    assert module(args)["changed"] is False, "recording the same state again changes nothing"
+    assert module(dict(args, profile_sha256="def"), check=True)["changed"] is True  # a new profile would re-record
+
+    clean = module({"action": "compare", "path": str(record)})["provisioner_state"]
+    assert clean["recorded"] is True and clean["profile"] == "p" and clean["differences"] == []
+
+    managed_file.write_text("setting = 2\n")
+    (tmp_path / "absent.conf").write_text("new\n")
+    moved = module({"action": "compare", "path": str(record)})["provisioner_state"]["differences"]
+    assert [d["item"] for d in moved] == [f"file {tmp_path / 'absent.conf'} created", f"file {managed_file} changed"]
+
+    managed_file.unlink()
+    gone = module({"action": "compare", "path": str(record)})["provisioner_state"]["differences"]
+    assert f"file {managed_file} deleted" in [d["item"] for d in gone]
+
+
+def test_compare_without_a_record_says_so(tmp_path: Path):
+    state = module({"action": "compare", "path": str(tmp_path / "none.fact")})["provisioner_state"]
+    assert state["recorded"] is False and state["differences"] == []
+
+
+def _load_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("provisioner_state", REPO / "playbooks/library/provisioner_state.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_package_and_unit_differences_are_named():
+    mod = _load_module()
+    recorded = {"held_packages": {"nvidia-smi": {"version": "535.309.01-0+deb12u1", "hold": True},
+                                  "nvidia-legacy-check": {"version": "535.309.01-0+deb12u1", "hold": True},
+                                  "firmware-nvidia-gsp": {"version": "535.309.01-0+deb12u1", "hold": True}},
+                "packages": {"pciutils": True}, "files": {},
+                "units": {"nvidia-persistenced.service": {"enabled": "enabled", "active": "inactive"}}}
+    now = {"held_packages": {"nvidia-smi": {"version": "535.309.01-0+deb12u1", "hold": False},
+                             "nvidia-legacy-check": {"version": "535.261.03-1", "hold": True},
+                             "firmware-nvidia-gsp": None},
+           "packages": {"pciutils": False}, "files": {},
+           "units": {"nvidia-persistenced.service": {"enabled": "disabled", "active": "inactive"}}}
+    got = {d["item"]: (d["recorded"], d["now"]) for d in mod.differences(recorded, now)}
+    assert got == {
+        "hold removed: nvidia-smi": ("held", "not held"),
+        "package nvidia-legacy-check": ("535.309.01-0+deb12u1 (held)", "535.261.03-1 (held)"),
+        "package firmware-nvidia-gsp": ("535.309.01-0+deb12u1 (held)", "not installed"),
+        "package pciutils": ("installed", "not installed"),
+        "unit nvidia-persistenced.service enabled": ("enabled", "disabled"),
+    }
+
+
+def test_up_skips_only_a_host_in_its_recorded_state_with_this_profile():
+    loaded = profiles.load("debian12-lab")
+    target = engine.Target(loaded, None)
+    state = {"recorded": True, "profile": "debian12-lab", "profile_sha256": loaded.digest, "differences": [],
+             "dpkg_audit": ""}
+    assert engine.in_recorded_state(state, target)
+    assert not engine.in_recorded_state(dict(state, profile_sha256="0" * 64), target)  # the profile changed
+    assert not engine.in_recorded_state(dict(state, recorded=False), target)
+    half = dict(state, dpkg_audit="The following packages are only half configured: hello")
+    assert not engine.in_recorded_state(half, target)
+    assert engine.state_drift(half)[0][0] == "dpkg: packages left half-configured by an interrupted run"
