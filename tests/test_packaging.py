@@ -16,7 +16,10 @@ def test_wheel_ships_playbooks_roles_profiles_and_the_matrix(tmp_path: Path):
     wheel = next(tmp_path.glob("gpu_provisioner-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("provisioner/ansible/playbooks/site.yml", "provisioner/ansible/playbooks/verify.yml",
-                   "provisioner/ansible/playbooks/preflight.yml", "provisioner/ansible/roles/common/tasks/main.yml",
+                   "provisioner/ansible/playbooks/preflight.yml", "provisioner/ansible/playbooks/check.yml",
+                   "provisioner/ansible/playbooks/library/provisioner_state.py",
+                   "provisioner/ansible/roles/common/library/dpkg_lock.py",
+                   "provisioner/ansible/roles/common/tasks/main.yml",
                    "provisioner/profiles/h100-train.yml", "provisioner/data/compat.yml", "provisioner/cli.py"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -157,7 +157,7 @@ def test_mirror_open_modules_cudnn9_and_branch_580(tmp_path):
 
 def test_playbooks_pass_syntax_check():
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_NOCOLOR="1")
-    for playbook in ("site.yml", "verify.yml", "preflight.yml"):
+    for playbook in ("site.yml", "verify.yml", "preflight.yml", "check.yml"):
         r = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,",
                             str(REPO / "playbooks" / playbook)], capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 0, playbook + r.stdout + r.stderr
