@@ -81,6 +81,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
         if step == "preflight":
             host.checks.extend(preflight_mod.judge(profile, result.reported.get("provisioner_preflight", {})))
         elif step == "site":
+            host.checks.extend(_reboot_check(result.reported.get("provisioner_reboot")))
             host.changed_tasks.extend(result.changed_tasks)
             host.diffs.update(result.diffs)
             if result.changed_tasks and host.status == "ok":
@@ -104,6 +105,18 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
     report.errors.extend(run.errors)
     report.hosts.sort(key=lambda h: h.name)
+
+
+def _reboot_check(reboot: dict | None):
+    """A host the driver role found needing a reboot: rebooted by the run, or not and why."""
+    if not reboot or not reboot.get("required"):
+        return []
+    reason = " ".join(str(reboot.get("reason", "")).split())
+    if str(reboot.get("rebooting")).lower() == "true":
+        return [passed("reboot", f"rebooted to load the driver ({reason})")]
+    why = " ".join(str(reboot.get("why_not", "")).split())
+    return [failed("reboot", f"needs a reboot, not done ({why}): {reason}. Reboot it, or set reboot.allowed: true "
+                             "and re-run provision up (with --batch to reboot a few hosts at a time)")]
 
 
 def state_drift(state: dict) -> list[tuple[str, str]]:

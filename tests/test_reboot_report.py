@@ -1,0 +1,41 @@
+"""A host the driver role finds needing a reboot: the runner event the role's debug task
+produces (its shape as ansible-runner emits it) becomes a reboot check in the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from provisioner import engine, profiles
+from provisioner.report import Report
+from provisioner.run import EventReader, PlaybookRun
+
+TASK = "nvidia_driver : Say that a reboot is needed to load NVIDIA module 535.309.01."
+
+
+def _report_after(reboot: dict) -> Report:
+    reader = EventReader()
+    reader({"event": "runner_on_ok", "event_data": {"host": "gpu1", "task": TASK,
+                                                      "res": {"changed": True, "provisioner_reboot": reboot}}})
+    reader({"event": "playbook_on_stats", "event_data": {"ok": {"gpu1": 40}, "changed": {"gpu1": 3}}})
+    loaded = profiles.load("h100-train")
+    report = Report("up", loaded.profile.name, loaded.digest, "hosts.ini", Path("."), started="now")
+    engine._fold(report, "site", PlaybookRun("site", "successful", 0, reader.hosts, Path(".")),
+                 engine.Target(loaded, None))
+    return report
+
+
+def test_reboot_needed_but_not_allowed_fails_the_host_with_the_reason_and_the_fix():
+    report = _report_after({"required": True, "reason": "the loaded NVIDIA module is 535.129.03,\n the installed one 535.309.01",
+                            "rebooting": False, "why_not": "reboot.allowed is false in the profile"})
+    [check] = [c for c in report.hosts[0].checks if c.name == "reboot"]
+    assert check.status == "fail"
+    assert "the loaded NVIDIA module is 535.129.03, the installed one 535.309.01" in check.detail
+    assert "reboot.allowed is false in the profile" in check.detail and "reboot.allowed: true" in check.detail
+    assert report.exit_code == 2 and "gpu1" in report.verdict
+
+
+def test_reboot_done_by_the_run_is_a_pass():
+    report = _report_after({"required": True, "reason": "the loaded NVIDIA module is none, the installed one 535.309.01",
+                            "rebooting": True, "why_not": ""})
+    [check] = [c for c in report.hosts[0].checks if c.name == "reboot"]
+    assert check.status == "pass" and check.detail.startswith("rebooted to load the driver")
