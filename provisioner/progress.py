@@ -59,11 +59,22 @@ class Progress:
             self.console.print(line, highlight=False, markup=False)
 
     def _table(self) -> Table:
+        """Totals in the title; one row per host, hosts in trouble first, cut to the screen
+        so a 50-host run stays one readable block."""
         elapsed = time.monotonic() - self.started
-        table = Table(title=f"{self.play}  ({elapsed:.0f}s)", title_justify="left", expand=False)
+        failed = sum(1 for r in self.rows.values() if r["failed"])
+        unreachable = sum(1 for r in self.rows.values() if r["unreachable"])
+        changed = sum(1 for r in self.rows.values() if r["changed"])
+        title = (f"{self.play}  ·  {len(self.rows)} host(s): {changed} changed, {failed} failed, "
+                 f"{unreachable} unreachable  ·  {elapsed:.0f}s")
+        table = Table(title=title, title_justify="left", expand=False)
         for column in ("host", "role: current task", "ok", "changed", "failed"):
             table.add_column(column)
-        for host, row in sorted(self.rows.items()):
+        rows = sorted(self.rows.items(), key=lambda item: (not (item[1]["failed"] or item[1]["unreachable"]), item[0]))
+        room = max(3, self.console.size.height - 8)  # title, header, borders, the "more" row
+        for host, row in rows[:room]:
             task = "[red]unreachable[/]" if row["unreachable"] else escape(row["task"][:80])
             table.add_row(host, task, str(row["ok"]), str(row["changed"]), str(row["failed"]))
+        if len(rows) > room:
+            table.add_row(f"... {len(rows) - room} more", "", "", "", "")
         return table
