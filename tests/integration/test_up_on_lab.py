@@ -113,8 +113,8 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
         "package nvidia-legacy-check",
     ])
     # apt-get drops the hold of a package it installs at another version: both are said.
-    assert by_name[victim].diffs["package nvidia-legacy-check"] == (
-        f"recorded: {DRIVER}-0+deb12u1 (held); now: {older} (not held)")
+    legacy = by_name[victim].diffs["package nvidia-legacy-check"]
+    assert legacy.startswith(f"recorded: {DRIVER}-") and legacy.endswith(f" (held); now: {older} (not held)"), legacy
     assert by_name[victim].diffs["unit nvidia-persistenced.service enabled"] == "recorded: enabled; now: disabled"
     assert {by_name[h.name].status for h in lab_hosts.hosts[1:]} == {"ok"}
 
