@@ -76,7 +76,10 @@ def test_bundle_converges_a_lab_host_by_itself_and_then_changes_nothing(lab_host
     # The host now carries the profile record the drift check reads.
     fact = podman("exec", lab_host, "cat", "/etc/ansible/facts.d/provisioner.fact")
     assert fact.returncode == 0, fact.stderr
-    assert json.loads(fact.stdout) == {"profile": loaded.profile.name, "profile_sha256": loaded.digest}
+    record = json.loads(fact.stdout)
+    assert (record["profile"], record["profile_sha256"]) == (loaded.profile.name, loaded.digest)
+    driver = record["state"]["held_packages"]["nvidia-driver"]
+    assert driver["version"].startswith(loaded.profile.driver.version + "-") and driver["hold"] is True
 
     second, (_, changed, unreachable, failed) = apply(lab_host)
     assert second.returncode == 0 and failed == 0 and unreachable == 0
