@@ -122,7 +122,7 @@ def test_h100_train_packages_and_files(tmp_path):
     assert "Components" not in sources  # a flat repository
     driver_pref = (out / "nvidia-driver.pref").read_text()
     assert "Pin: version 535.129.03-*\nPin-Priority: 1001" in driver_pref
-    assert "/^nvidia-/" in driver_pref and "/^cuda-drivers/" in driver_pref
+    assert "Package: nvidia-* libnvidia-* " in driver_pref and " cuda-drivers*\n" in driver_pref
     assert "Package: nvidia-fabricmanager-535\nPin: version 535.129.03-*\nPin-Priority: 1001" in (out / "fabric-manager.pref").read_text()
     assert "Package: libcudnn8 libcudnn8-dev\nPin: version 8.9.7.29-1+cuda12.2\n" in (out / "cudnn.pref").read_text()
     assert "Package: libnccl2 libnccl-dev\nPin: version 2.18.5-1+cuda12.2\n" in (out / "nccl.pref").read_text()
