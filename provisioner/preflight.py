@@ -43,7 +43,7 @@ def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
 
 
 def _disk_check(need_gib: float, df_lines: list[str]) -> Check:
-    """Every filesystem under /, /usr, /var and /opt (df -P -B1 --output=target,avail) needs
+    """Every filesystem under /, /usr, /var and /opt (df -B1 --output=target,avail) needs
     the profile's free space: packages land in /usr and /var, environments in /opt."""
     free: dict[str, float] = {}
     for line in df_lines:
