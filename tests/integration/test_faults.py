@@ -52,7 +52,8 @@ def host(tmp_path_factory):
 
 
 def installed(package: str) -> bool:
-    return "install ok installed" in podman("exec", HOST, "dpkg-query", "-W", "-f=${Status}", package).stdout
+    # "install ok installed", or "hold ok installed" once the role has held it
+    return podman("exec", HOST, "dpkg-query", "-W", "-f=${Status}", package).stdout.endswith(" ok installed")
 
 
 def test_a_nearly_full_filesystem_is_refused_by_preflight_and_nothing_is_touched(host: Path, tmp_path: Path):
