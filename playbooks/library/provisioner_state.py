@@ -93,11 +93,10 @@ def _units(names: list[str]) -> dict[str, dict]:
 
 
 def read_state(managed: dict) -> dict:
-    held = _packages(managed.get("held_packages", []))
-    present = _packages(managed.get("packages", []))
+    installed = _packages(managed.get("held_packages", []) + managed.get("packages", []))  # one dpkg-query
     return {
-        "held_packages": {n: held.get(n) for n in managed.get("held_packages", [])},
-        "packages": {n: (n in present) for n in managed.get("packages", [])},
+        "held_packages": {n: installed.get(n) for n in managed.get("held_packages", [])},
+        "packages": {n: (n in installed) for n in managed.get("packages", [])},
         "files": _files(managed.get("files", [])),
         "units": _units(managed.get("units", [])),
     }
