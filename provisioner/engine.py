@@ -18,6 +18,7 @@ from typing import Literal
 from provisioner import inventory as inventory_mod
 from provisioner import preflight as preflight_mod
 from provisioner import profiles
+from provisioner import role_specs
 from provisioner import verify as verify_mod
 from provisioner.checks import failed, passed
 from provisioner.render import render
@@ -44,7 +45,9 @@ class Target:
 
 def prepare(profile_ref: str, inventory_path: Path) -> Target:
     """Validate everything the run needs; raises ProvisionError before any host is touched."""
-    return Target(profiles.load(profile_ref), inventory_mod.load(inventory_path))
+    loaded, inventory = profiles.load(profile_ref), inventory_mod.load(inventory_path)
+    role_specs.check_inventory(inventory)
+    return Target(loaded, inventory)
 
 
 def _now() -> str:

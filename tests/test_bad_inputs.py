@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from provisioner import inventory, profiles
+from provisioner import inventory, profiles, role_specs
 from provisioner.cli import app
 from provisioner.errors import ProvisionError
 
@@ -47,7 +47,7 @@ def test_bad_profile(path: Path):
 def test_bad_inventory(path: Path):
     expect, where = expectations(path)
     with pytest.raises(ProvisionError) as err:
-        inventory.load(path)
+        role_specs.check_inventory(inventory.load(path))
     assert expect in str(err.value)
     if where:
         assert where in str(err.value)
