@@ -119,7 +119,8 @@ class EventReader:
         elif kind == "runner_on_unreachable" and name:
             host = self.host(name)
             host.unreachable = True
-            host.failures.append(f"unreachable: {_message(res)}")
+            # The task says how far the host got: lost mid-install reads differently from never reached.
+            host.failures.append(f"unreachable during {task!r}: {_message(res)}" if task else f"unreachable: {_message(res)}")
         elif kind == "playbook_on_stats":
             for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("skipped", "skipped")):
                 for hostname, count in (data.get(key) or {}).items():

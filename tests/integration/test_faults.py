@@ -18,6 +18,8 @@ import pytest
 
 from provisioner import engine
 
+from .events import task_started
+
 pytestmark = pytest.mark.lab
 
 if os.geteuid() != 0 or shutil.which("podman") is None:
@@ -89,13 +91,8 @@ def _wait_for_task(runs: Path, task: str, proc: subprocess.Popen, timeout: float
     """Until the run's event stream shows `task` started on the host."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for event in runs.glob("*/artifacts/site/job_events/*.json"):
-            try:
-                data = json.loads(event.read_text())
-            except ValueError:
-                continue  # being written
-            if data.get("event") == "runner_on_start" and task in data.get("event_data", {}).get("task", ""):
-                return
+        if task_started(runs, task):
+            return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
     raise AssertionError(f"{task!r} never started")

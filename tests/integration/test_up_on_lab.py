@@ -6,11 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from provisioner import engine, profiles
+
+from .events import task_started
 
 pytestmark = pytest.mark.lab
 
@@ -43,26 +47,55 @@ def podman(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
 
 
-def test_fleet_with_a_host_down_converges_the_rest_and_retries_just_it(lab_hosts, tmp_path: Path):
+INSTALL = "Install the driver packages at their exact versions"
+
+
+def _kill_when_task_starts(runs: Path, host: str, task: str, done: threading.Event) -> threading.Thread:
+    """Kill the host's container as soon as the run's event stream shows `task` started on it."""
+
+    def watch():
+        while not done.is_set():
+            if task_started(runs, task, host):
+                time.sleep(3)  # let apt get going
+                podman("kill", host)
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_fleet_with_hosts_lost_before_and_during_the_run_converges_the_rest(lab_hosts, tmp_path: Path):
     from provisioner import lab
 
-    down = lab_hosts.hosts[2].name
-    podman("stop", "-t", "2", down)
-    report = run("up", lab_hosts.inventory, tmp_path)
+    ok, lost, down = (h.name for h in lab_hosts.hosts)
+    podman("stop", "-t", "2", down)  # unreachable from the start
+    done = threading.Event()
+    watcher = _kill_when_task_starts(tmp_path, lost, INSTALL, done)  # goes away while apt installs the driver
+    try:
+        report = run("up", lab_hosts.inventory, tmp_path)
+    finally:
+        done.set()
+    watcher.join(timeout=10)
     by_name = {h.name: h for h in report.hosts}
+    assert podman("inspect", "-f", "{{.State.Running}}", lost).stdout.strip() == "false", "the kill never happened"
     assert report.exit_code == 1
     assert by_name[down].status == "unreachable"
-    for host in lab_hosts.hosts[:2]:
-        assert by_name[host.name].status == "changed", by_name[host.name]
-        assert all(c.status != "fail" for c in by_name[host.name].checks)
-    assert report.retry_command().endswith(f"--limit {down}")
-    assert down in report.verdict
+    assert by_name[lost].status == "unreachable", by_name[lost]
+    assert any(f"unreachable during '{INSTALL}" in f for f in by_name[lost].failures), by_name[lost].failures
+    assert by_name[ok].status == "changed", by_name[ok]
+    assert all(c.status != "fail" for c in by_name[ok].checks)
+    assert report.retry_command().endswith(f"--limit {','.join(sorted([lost, down]))}")
+    assert down in report.verdict and lost in report.verdict
 
-    # Bring it back (lab up restarts stopped hosts and rewrites the inventory), retry just it.
+    # Bring both back (lab up restarts stopped hosts and rewrites the inventory), retry just
+    # them: the one cut off mid-install has its dpkg run finished first.
     again = lab.up(3, lab_hosts.prefix, lab_hosts.inventory.parent)
-    retry = run("up", again.inventory, tmp_path, limit=down)
+    retry = run("up", again.inventory, tmp_path, limit=f"{lost},{down}")
     assert retry.exit_code == 0, retry.as_dict()
-    assert [h.name for h in retry.hosts] == [down]
+    assert sorted(h.name for h in retry.hosts) == sorted([lost, down])
+    assert podman("exec", lost, "dpkg", "--audit").stdout == ""
 
 
 def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts, tmp_path: Path):
