@@ -39,3 +39,39 @@ def test_reboot_done_by_the_run_is_a_pass():
                             "rebooting": True, "why_not": ""})
     [check] = [c for c in report.hosts[0].checks if c.name == "reboot"]
     assert check.status == "pass" and check.detail.startswith("rebooted to load the driver")
+
+
+# The role's reboot decision (roles/nvidia_driver/vars/main.yml), on the shapes of what
+# kernel.yml registers: slurp of /sys/module/nvidia/version, modinfo, `lspci -n -d 10de:`.
+def _decide(loaded: str | None, lspci: list[str], expects_gpu: bool = True, lspci_rc: int = 0) -> tuple[bool, bool]:
+    import base64
+
+    from .rolerender import RoleRender, profile_vars
+
+    registered = {
+        "nvidia_driver_loaded": {"content": base64.b64encode(loaded.encode()).decode()} if loaded else
+                                {"failed": True, "msg": "file not found: /sys/module/nvidia/version"},
+        "nvidia_driver_modinfo": {"rc": 0, "stdout": "535.309.01"},
+        "nvidia_driver_pci": {"rc": lspci_rc, "stdout_lines": lspci, "stderr": ""},
+    }
+    r = RoleRender("nvidia_driver", {**profile_vars("h100-train"), "nvidia_driver_expects_gpu": expects_gpu}, registered)
+    return r.var("nvidia_driver_reboot_due"), r.var("nvidia_driver_module_unloaded")
+
+
+GPU = ["18:00.0 0302: 10de:2330 (rev a1)"]
+
+
+def test_a_gpu_host_without_the_installed_module_loaded_is_rebooted():
+    assert _decide(None, GPU) == (True, True)
+    assert _decide("535.129.03\n", GPU) == (True, True)  # an older module still loaded
+
+
+def test_no_reboot_when_the_installed_module_is_loaded_or_no_gpu_is_expected():
+    assert _decide("535.309.01\n", GPU) == (False, False)
+    assert _decide(None, GPU, expects_gpu=False) == (False, False)
+
+
+def test_no_reboot_loop_when_no_nvidia_device_is_on_the_pci_bus():
+    # The module cannot load after a reboot either (GPU off the bus): not rebooted, and said.
+    assert _decide(None, []) == (False, True)
+    assert _decide(None, [], lspci_rc=127) == (False, True)
