@@ -15,38 +15,28 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from provisioner import bundle, profiles
 
+from . import labtools
+from .labtools import DRIVER_ONLY, podman
+
 pytestmark = pytest.mark.lab
 
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
-# Driver-only lab profile: the engine's lab tests use it too; no CUDA toolkit, no Python env.
-PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
+PROFILE = DRIVER_ONLY
 RECAP = re.compile(r"^localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
 @pytest.fixture(scope="module")
 def lab_host(tmp_path_factory):
-    from provisioner import lab
-
-    workdir = tmp_path_factory.mktemp("lab")
-    prefix = f"t{os.getpid()}bd"
-    result = lab.up(1, prefix, workdir)
-    try:
+    with labtools.lab_hosts(1, "bd", tmp_path_factory) as result:
         yield result.hosts[0].name
-    finally:
-        lab.down(prefix, workdir)
-
-
-def podman(*args: str, input: str | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, input=input, timeout=timeout, check=False)
 
 
 def apply(host: str) -> tuple[subprocess.CompletedProcess, tuple[int, int, int, int]]:

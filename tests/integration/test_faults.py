@@ -18,19 +18,15 @@ import pytest
 
 from provisioner import engine
 
-from .events import task_started
+from .labtools import DRIVER_ONLY, podman, task_started
 
 pytestmark = pytest.mark.lab
 
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("test hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
-PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
+PROFILE = DRIVER_ONLY
 HOST = f"t{os.getpid()}faults"
-
-
-def podman(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=300)
 
 
 @pytest.fixture(scope="module")

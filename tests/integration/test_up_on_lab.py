@@ -1,11 +1,10 @@
 """`provision up`, `check` and drift against real lab hosts (podman systemd containers),
-and a fleet run where one host is down."""
+and a fleet run with one host down from the start and one lost mid-install."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,37 +13,26 @@ import pytest
 
 from provisioner import engine, profiles
 
-from .events import task_started
+from . import labtools
+from .labtools import DRIVER_ONLY, podman, task_started
 
 pytestmark = pytest.mark.lab
 
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
-# Driver-only: the full stack (CUDA toolkit, torch) is converged by the Molecule scenarios.
-PROFILE = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
+PROFILE = DRIVER_ONLY
 DRIVER = profiles.load(PROFILE).profile.driver.version
 
 
 @pytest.fixture(scope="module")
 def lab_hosts(tmp_path_factory):
-    from provisioner import lab
-
-    workdir = tmp_path_factory.mktemp("lab")
-    prefix = f"t{os.getpid()}up"
-    result = lab.up(3, prefix, workdir)
-    try:
+    with labtools.lab_hosts(3, "up", tmp_path_factory) as result:
         yield result
-    finally:
-        lab.down(prefix, workdir)
 
 
 def run(command: str, inventory: Path, runs: Path, **options):
     return engine.execute(command, engine.prepare(PROFILE, inventory), runs_dir=runs, **options)
-
-
-def podman(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
 
 
 INSTALL = "Install the driver packages at their exact versions"

@@ -1,0 +1,45 @@
+"""What the lab-host tests share: the driver-only profile, podman, fresh lab hosts, and
+reading a run's ansible-runner event stream while the run is still going."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+# Driver-only: no CUDA toolkit, no Python env (the Molecule scenarios converge the full stack).
+DRIVER_ONLY = str(Path(__file__).resolve().parents[1] / "data" / "profiles" / "lab-driver-only.yml")
+
+
+def podman(*args: str, check: bool = False, input: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, input=input, check=check, timeout=timeout)
+
+
+@contextlib.contextmanager
+def lab_hosts(count: int, tag: str, tmp_path_factory) -> Iterator:
+    """`count` fresh lab hosts (`provision lab up`), removed afterwards whatever happens."""
+    from provisioner import lab
+
+    workdir = tmp_path_factory.mktemp("lab")
+    prefix = f"t{os.getpid()}{tag}"
+    try:
+        yield lab.up(count, prefix, workdir)
+    finally:
+        lab.down(prefix, workdir)
+
+
+def task_started(runs: Path, task: str, host: str | None = None) -> bool:
+    """Whether a run under `runs` has started a task whose name contains `task` (on `host`)."""
+    for event in runs.glob("*/artifacts/site/job_events/*.json"):
+        try:
+            data = json.loads(event.read_text())
+        except (OSError, ValueError):
+            continue  # being written, or renamed from -partial.json since the glob
+        details = data.get("event_data", {})
+        if (data.get("event") == "runner_on_start" and task in details.get("task", "")
+                and host in (None, details.get("host"))):
+            return True
+    return False
