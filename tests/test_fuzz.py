@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioner import inventory, profiles
+from provisioner import inventory, profiles, role_specs
 from provisioner.errors import ProvisionError
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -60,7 +60,12 @@ def test_broken_sections_of_a_real_profile(tmp_path_factory, changes):
 
 ini_lines = st.one_of(
     st.sampled_from(["[gpu]", "[gpu:vars]", "[gpu:children]", "[all:vars]", "[", "]", "[a b]", "=", "node1",
-                     "node[01:03]", "node[3:1]", "x ansible_port=abc", "y ansible_host=", "z a=b=c", "# c", "; c"]),
+                     "node[01:03]", "node[3:1]", "x ansible_port=abc", "y ansible_host=", "z a=b=c", "# c", "; c",
+                     # role variables, checked against the roles' argument_specs
+                     "n1 nvidia_driver_brnach=550", "n2 common_apt_lock_timeout=soon", "nccl_tests=[1,{'a':2}]",
+                     "nvidia_driver_persistence=maybe", "cuda_toolkit_versions={'12.2':1}", "common_=1",
+                     "n3 dcgm_exporter_port=99999999999999999999", "python_env_pip_packages=\"a,b\"",
+                     "gpu_verify_dcgm_diag_level=7", "n4 nvidia_driver_reboot_allowed=None"]),
     st.text(string.printable.replace("\r", "").replace("\x0b", "").replace("\x0c", ""), max_size=30),
 )
 
@@ -73,5 +78,6 @@ def test_any_hosts_ini(tmp_path_factory, lines):
     try:
         inv = inventory.load(path)
         assert inv.hosts
+        role_specs.check_inventory(inv)
     except ProvisionError as err:
         assert str(path) in str(err) and err.fix
