@@ -52,7 +52,9 @@ def no_op(name: str, stdout: str, hosts: int) -> int:
     """Tasks run per host (ok count); refuses a run that changed anything."""
     rows = RECAP.findall(stdout)
     if len(rows) != hosts or any(int(r[2]) or int(r[3]) or int(r[4]) for r in rows):
-        raise SystemExit(f"{name} was not a clean no-op on {hosts} hosts: {rows}")
+        changed = [line for line in stdout.splitlines() if line.startswith(("changed:", "failed:", "fatal:", "TASK ["))]
+        changed = [t for t, nxt in zip(changed, changed[1:] + ["TASK ["]) if not t.startswith("TASK [") or not nxt.startswith("TASK [")]
+        raise SystemExit(f"{name} was not a clean no-op on {hosts} hosts: {rows}\n" + "\n".join(changed[-20:]))
     return max(int(r[1]) for r in rows)
 
 
