@@ -48,6 +48,7 @@ def _not_required(options: dict[str, Any]) -> dict[str, Any]:
 def problems(variables: dict[str, Any]) -> list[tuple[str, str]]:
     """(variable, what is wrong with it) for every role variable that is unknown or mistyped."""
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    from ansible.module_utils.errors import UnsupportedError
 
     options = role_options()
     by_role: dict[str, dict[str, Any]] = {}
@@ -64,7 +65,7 @@ def problems(variables: dict[str, Any]) -> list[tuple[str, str]]:
             found.append((name, f"unknown variable of the role {role}: {hint}"))
         result = ArgumentSpecValidator(_not_required(known)).validate({k: v for k, v in given.items() if k in known})
         for error in result.errors:
-            if type(error).__name__ == "UnsupportedError":
+            if isinstance(error, UnsupportedError):
                 continue  # reported above, with a suggestion
             message = str(error.args[0] if error.args else error)
             name = next((n for n in sorted(given, key=len, reverse=True) if n in message), role)

@@ -75,3 +75,21 @@ def test_no_reboot_loop_when_no_nvidia_device_is_on_the_pci_bus():
     # The module cannot load after a reboot either (GPU off the bus): not rebooted, and said.
     assert _decide(None, []) == (False, True)
     assert _decide(None, [], lspci_rc=127) == (False, True)
+
+
+def test_the_no_reboot_message_names_the_module_and_why_lspci_saw_nothing():
+    import yaml
+    from ansible.template import trust_as_template
+
+    from .conftest import REPO
+    from .rolerender import RoleRender, profile_vars
+
+    tasks = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/kernel.yml").read_text())
+    msg = next(t for t in tasks if t["name"].startswith("Say why"))["ansible.builtin.debug"]["msg"]
+    missing = {"rc": 2, "msg": "[Errno 2] No such file or directory: b'lspci'", "stdout_lines": []}
+    r = RoleRender("nvidia_driver", profile_vars("h100-train"), {
+        "nvidia_driver_loaded": {"failed": True}, "nvidia_driver_modinfo": {"rc": 0, "stdout": "535.309.01"},
+        "nvidia_driver_pci": missing})
+    text = r.templar.template(trust_as_template(msg))
+    assert "The NVIDIA module 535.309.01 is installed but not loaded" in text
+    assert "(lspci failed: [Errno 2] No such file or directory: b'lspci')" in text
