@@ -8,6 +8,7 @@ run with the parser's own message (and the line it points at).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,15 +61,19 @@ def _plugin_for(path: Path) -> str:
     return "yaml" if path.suffix in (".yml", ".yaml") else "ini"
 
 
+def line_where(path: Path, wanted: Callable[[str], bool]) -> str:
+    """file:line of the first line (not a comment) `wanted` accepts, or the file alone."""
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if wanted(line) and not line.lstrip().startswith(("#", ";")):
+            return f"{path}:{number}"
+    return str(path)
+
+
 def _line_hint(path: Path, message: str) -> str:
     """file:line for the parser's complaint, found by the text it quotes."""
     quoted = re.search(r"got: (.+)$|'([^']+)'", message)
     needle = next((g for g in (quoted.groups() if quoted else ()) if g), None)
-    if needle:
-        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if needle.strip() in line and not line.lstrip().startswith(("#", ";")):
-                return f"{path}:{number}"
-    return str(path)
+    return line_where(path, lambda line: needle.strip() in line) if needle else str(path)
 
 
 def load(path: Path) -> Inventory:

@@ -21,7 +21,7 @@ import yaml
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
-from provisioner.inventory import Inventory
+from provisioner.inventory import Inventory, line_where
 
 
 @functools.cache
@@ -75,10 +75,7 @@ def problems(variables: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _line_of(path: Path, name: str) -> str:
     pattern = re.compile(rf"(^|\s){re.escape(name)}\s*[=:]")
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if pattern.search(line) and not line.lstrip().startswith(("#", ";")):
-            return f"{path}:{number}"
-    return str(path)
+    return line_where(path, pattern.search)
 
 
 def check_inventory(inventory: Inventory) -> None:

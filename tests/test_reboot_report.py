@@ -43,22 +43,27 @@ def test_reboot_done_by_the_run_is_a_pass():
 
 # The role's reboot decision (roles/nvidia_driver/vars/main.yml), on the shapes of what
 # kernel.yml registers: slurp of /sys/module/nvidia/version, modinfo, `lspci -n -d 10de:`.
-def _decide(loaded: str | None, lspci: list[str], expects_gpu: bool = True, lspci_rc: int = 0) -> tuple[bool, bool]:
+NOT_LOADED = {"failed": True, "msg": "file not found: /sys/module/nvidia/version"}
+GPU = {"rc": 0, "stdout_lines": ["18:00.0 0302: 10de:2330 (rev a1)"], "stderr": ""}
+NO_GPU = {"rc": 0, "stdout_lines": [], "stderr": ""}
+
+
+def _render(loaded: str | None, pci: dict, **overrides):
     import base64
 
     from .rolerender import RoleRender, profile_vars
 
     registered = {
-        "nvidia_driver_loaded": {"content": base64.b64encode(loaded.encode()).decode()} if loaded else
-                                {"failed": True, "msg": "file not found: /sys/module/nvidia/version"},
+        "nvidia_driver_loaded": {"content": base64.b64encode(loaded.encode()).decode()} if loaded else NOT_LOADED,
         "nvidia_driver_modinfo": {"rc": 0, "stdout": "535.309.01"},
-        "nvidia_driver_pci": {"rc": lspci_rc, "stdout_lines": lspci, "stderr": ""},
+        "nvidia_driver_pci": pci,
     }
-    r = RoleRender("nvidia_driver", {**profile_vars("h100-train"), "nvidia_driver_expects_gpu": expects_gpu}, registered)
+    return RoleRender("nvidia_driver", {**profile_vars("h100-train"), **overrides}, registered)
+
+
+def _decide(loaded: str | None, pci: dict, expects_gpu: bool = True) -> tuple[bool, bool]:
+    r = _render(loaded, pci, nvidia_driver_expects_gpu=expects_gpu)
     return r.var("nvidia_driver_reboot_due"), r.var("nvidia_driver_module_unloaded")
-
-
-GPU = ["18:00.0 0302: 10de:2330 (rev a1)"]
 
 
 def test_a_gpu_host_without_the_installed_module_loaded_is_rebooted():
@@ -73,8 +78,19 @@ def test_no_reboot_when_the_installed_module_is_loaded_or_no_gpu_is_expected():
 
 def test_no_reboot_loop_when_no_nvidia_device_is_on_the_pci_bus():
     # The module cannot load after a reboot either (GPU off the bus): not rebooted, and said.
-    assert _decide(None, []) == (False, True)
-    assert _decide(None, [], lspci_rc=127) == (False, True)
+    assert _decide(None, NO_GPU) == (False, True)
+    assert _decide(None, {"rc": 127, "stdout_lines": [], "stderr": ""}) == (False, True)
+
+
+def test_who_may_be_rebooted_and_the_reason_given_when_not():
+    def may(**overrides):
+        r = _render(None, GPU, inventory_hostname="gpu1", **overrides)
+        return r.var("nvidia_driver_may_reboot"), r.var("nvidia_driver_no_reboot_reason")
+
+    assert may(nvidia_driver_reboot_allowed=True, ansible_host="10.0.0.5") == (True, "")
+    assert may(nvidia_driver_reboot_allowed=False, ansible_host="10.0.0.5") == \
+        (False, "reboot.allowed is false in the profile")
+    assert may(nvidia_driver_reboot_allowed=True, ansible_connection="local") == (False, "it is the control node")
 
 
 def test_the_no_reboot_message_names_the_module_and_why_lspci_saw_nothing():
@@ -82,14 +98,10 @@ def test_the_no_reboot_message_names_the_module_and_why_lspci_saw_nothing():
     from ansible.template import trust_as_template
 
     from .conftest import REPO
-    from .rolerender import RoleRender, profile_vars
 
     tasks = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/kernel.yml").read_text())
     msg = next(t for t in tasks if t["name"].startswith("Say why"))["ansible.builtin.debug"]["msg"]
-    missing = {"rc": 2, "msg": "[Errno 2] No such file or directory: b'lspci'", "stdout_lines": []}
-    r = RoleRender("nvidia_driver", profile_vars("h100-train"), {
-        "nvidia_driver_loaded": {"failed": True}, "nvidia_driver_modinfo": {"rc": 0, "stdout": "535.309.01"},
-        "nvidia_driver_pci": missing})
+    r = _render(None, {"rc": 2, "msg": "[Errno 2] No such file or directory: b'lspci'", "stdout_lines": []})
     text = r.templar.template(trust_as_template(msg))
     assert "The NVIDIA module 535.309.01 is installed but not loaded" in text
     assert "(lspci failed: [Errno 2] No such file or directory: b'lspci')" in text

@@ -4,8 +4,6 @@ has the refusals; here: what passes, and that the CLI refuses without a tracebac
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -13,6 +11,8 @@ from typer.testing import CliRunner
 from provisioner import profiles, role_specs
 from provisioner.cli import app
 from provisioner.render import role_vars
+
+from .conftest import REPO
 
 
 @pytest.mark.parametrize("name", profiles.builtin_names())
@@ -23,7 +23,7 @@ def test_every_builtin_profile_renders_variables_its_roles_accept(name):
 
 
 def test_every_role_has_argument_specs_and_the_check_knows_them():
-    roles = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "roles").iterdir() if p.is_dir())
+    roles = sorted(p.name for p in (REPO / "roles").iterdir() if p.is_dir())
     assert sorted(role_specs.role_options()) == roles
 
 
@@ -55,7 +55,7 @@ def test_role_defaults_and_argument_specs_name_the_same_variables(role):
     # A default the spec lacks is refused when a user sets it; a spec default missing
     # from defaults/main.yml leaves the variable undefined (argument_specs does not set it).
     options = role_specs.role_options()[role]
-    path = Path(__file__).resolve().parents[1] / "roles" / role / "defaults" / "main.yml"
+    path = REPO / "roles" / role / "defaults" / "main.yml"
     defaults = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
     assert sorted(set(defaults) - set(options)) == []
     assert sorted(n for n, spec in options.items() if "default" in spec and n not in defaults) == []
