@@ -10,7 +10,7 @@ Each mode starts N fresh hosts (prefix benchb / benchbnc, workdirs under /tmp), 
   (`podman exec HOST cat /proc/net/dev`, before vs after the run), summed. It counts
   everything the hosts received: the apt lists, the .debs and Ansible's SSH traffic.
 - With the cache, "MB from upstream" is what apt-cacher-ng fetched for these hosts in
-  this run (its transfer log's 'I' lines, as provisioner.lab.cache_stats reads them,
+  this run (its transfer log's 'I' lines, as provisioner.lab.aptcache.stats reads them,
   filtered to this run's host addresses because other labs on the machine share the
   cache and its log); "MB served" is its 'O' lines for these hosts.
 - Without the cache every host downloads for itself, so upstream == received.
@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from provisioner import lab  # noqa: E402
+from provisioner.lab import aptcache  # noqa: E402
 
 PROVISION = str(Path(sys.executable).parent / "provision")
 PROFILE = str(REPO / "tests/data/profiles/lab-driver-only.yml")
@@ -52,13 +53,13 @@ def rx_bytes(host: str) -> int:
 
 
 def log_lines() -> int:
-    log = lab.CACHE_LOG_DIR / "apt-cacher.log"
+    log = aptcache.LOG_DIR / "apt-cacher.log"
     return sum(1 for _ in log.open(errors="replace")) if log.exists() else 0
 
 
 def cache_stats_for(since_line: int, ips: set[str]) -> tuple[int, int]:
-    """lab.cache_stats, counting only the lines of these clients (field 4: client address)."""
-    log = lab.CACHE_LOG_DIR / "apt-cacher.log"
+    """aptcache.stats, counting only the lines of these clients (field 4: client address)."""
+    log = aptcache.LOG_DIR / "apt-cacher.log"
     fetched = served = 0
     for line in log.read_text(errors="replace").splitlines()[since_line:]:
         parts = line.split("|")
@@ -71,7 +72,7 @@ def cache_stats_for(since_line: int, ips: set[str]) -> tuple[int, int]:
 
 
 def driver_debs_cached() -> bool:
-    return any(lab.CACHE_DIR.rglob("nvidia-kernel-dkms_*.deb")) if lab.CACHE_DIR.exists() else False
+    return any(aptcache.CACHE_DIR.rglob("nvidia-kernel-dkms_*.deb")) if aptcache.CACHE_DIR.exists() else False
 
 
 def converge(mode: str, n: int) -> dict:
@@ -95,7 +96,7 @@ def converge(mode: str, n: int) -> dict:
         received = sum(rx_bytes(h) - before[h] for h in names)
         if cache:
             upstream, served = cache_stats_for(since, ips)
-            total = lab.cache_stats(since)
+            total = aptcache.stats(since)
         else:
             upstream, served, total = received, None, None
         return {"mode": mode, "hosts": n, "upstream": upstream, "received": received, "served": served,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Callable, Iterator
 
 import yaml
 
+from provisioner import paths
 from provisioner.models import Profile
 
-DATA = Path(__file__).parent / "data" / "compat.yml"
+DATA = paths.DATA_DIR / "compat.yml"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Where the Ansible content (playbooks/, roles/) lives: in the installed package, or
-in the checkout when running from source."""
+"""Where things live: the package's data, templates and built-in profiles, and the Ansible
+content (playbooks/, roles/), in the installed package or in the checkout when running
+from source."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 from provisioner.errors import ProvisionError
 
 _PACKAGE = Path(__file__).resolve().parent
+DATA_DIR = _PACKAGE / "data"            # the compatibility matrix, the Grafana dashboard
+TEMPLATES_DIR = _PACKAGE / "templates"  # the HTML report, the bundle's scripts and texts
+BUILTIN_PROFILES_DIR = _PACKAGE / "profiles"
 
 
 def ansible_root() -> Path:

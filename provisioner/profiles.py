@@ -17,11 +17,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from provisioner import paths
 from provisioner.errors import ProvisionError
 from provisioner.models import Profile
 from provisioner.yamlfile import line_of, read_yaml
 
-BUILTIN_DIR = Path(__file__).parent / "profiles"
+BUILTIN_DIR = paths.BUILTIN_PROFILES_DIR
 
 
 def builtin_names() -> list[str]:

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from provisioner import engine, html_report
-from provisioner.checks import failed, passed, skipped
+from provisioner.engine import commands
+from provisioner.reports import html as html_report
+from provisioner.judge.checks import failed, passed, skipped
 from provisioner.errors import ProvisionError
-from provisioner.report import HostReport, Report, render_table
+from provisioner.reports import report as report_mod
+from provisioner.reports.report import HostReport, Report
+from provisioner.reports.table import render_table
 
 EVIL_HOST = 'gpu<script>alert("x")</script>&1'
 EVIL_TASK = 'Write "/etc/a<b>.conf" & restart'
@@ -116,7 +119,7 @@ def test_load_report_round_trips_report_json(tmp_path):
     report = _report(tmp_path)
     report.run_dir.mkdir()
     report.write()
-    loaded = html_report.load_report(report.run_dir)
+    loaded = report_mod.load(report.run_dir)
     assert loaded.as_dict() == report.as_dict()
     console = Console(record=True, width=200)
     render_table(loaded, console)
@@ -130,31 +133,31 @@ def test_load_report_follows_a_moved_run_folder(tmp_path):
     report.write()
     moved = tmp_path / "elsewhere"
     report.run_dir.rename(moved)
-    loaded = html_report.load_report(moved)
+    loaded = report_mod.load(moved)
     assert loaded.run_dir == moved.resolve()
-    assert html_report.load_report(moved / "report.json").hosts[2].failures == report.hosts[2].failures
+    assert report_mod.load(moved / "report.json").hosts[2].failures == report.hosts[2].failures
 
 
 def test_load_report_errors_are_clear(tmp_path):
     with pytest.raises(ProvisionError, match="the folder holds no report.json") as exc:
-        html_report.load_report(tmp_path)
+        report_mod.load(tmp_path)
     assert "provision-runs" in exc.value.fix
     with pytest.raises(ProvisionError, match="no such folder"):
-        html_report.load_report(tmp_path / "missing")
+        report_mod.load(tmp_path / "missing")
     (tmp_path / "report.json").write_text('{"command": "up", "hosts": [')
     with pytest.raises(ProvisionError, match="not valid JSON") as exc:
-        html_report.load_report(tmp_path)
+        report_mod.load(tmp_path)
     assert exc.value.where.endswith("report.json:1")
     (tmp_path / "report.json").write_text(json.dumps({"something": "else"}))
     with pytest.raises(ProvisionError, match="not a provision report"):
-        html_report.load_report(tmp_path)
+        report_mod.load(tmp_path)
 
 
 @pytest.mark.ansible
 def test_a_real_run_renders(tmp_path, local_inventory):
     """A real preflight run (ansible-runner against this machine), then its report again."""
-    report = engine.execute("preflight", engine.prepare("debian12-lab", local_inventory), runs_dir=tmp_path / "runs")
-    loaded = html_report.load_report(report.run_dir)
+    report = commands.execute("preflight", commands.prepare("debian12-lab", local_inventory), runs_dir=tmp_path / "runs")
+    loaded = report_mod.load(report.run_dir)
     assert loaded.as_dict() == json.loads((report.run_dir / "report.json").read_text())
     out = html_report.write(loaded, tmp_path / "report.html")
     page = out.read_text()

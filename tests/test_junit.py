@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import junit
-from provisioner.checks import failed, passed, skipped
-from provisioner.report import HostReport, Report
+from provisioner.reports import junit
+from provisioner.judge.checks import failed, passed, skipped
+from provisioner.reports.report import HostReport, Report
 
 WEIRD = 'gpu<1>&"x"'
 

@@ -18,7 +18,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from provisioner import inventory as inventory_mod
-from provisioner import monitoring, profiles
+from provisioner import profiles
+from provisioner.reports import monitoring
 from provisioner.errors import ProvisionError
 
 PROMTOOL_MISSING = ("promtool is not installed (Debian: apt-get install --no-install-recommends prometheus; "

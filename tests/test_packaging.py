@@ -20,7 +20,7 @@ def test_wheel_ships_playbooks_roles_profiles_and_the_matrix(tmp_path: Path):
                    "provisioner/ansible/playbooks/library/provisioner_state.py",
                    "provisioner/ansible/roles/common/library/dpkg_lock.py",
                    "provisioner/ansible/roles/common/tasks/main.yml",
-                   "provisioner/profiles/h100-train.yml", "provisioner/data/compat.yml", "provisioner/cli.py"):
+                   "provisioner/profiles/h100-train.yml", "provisioner/data/compat.yml", "provisioner/cli/__init__.py"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "provision = provisioner.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

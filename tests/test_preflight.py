@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from provisioner import preflight, profiles
+from provisioner import profiles
+from provisioner.judge import preflight
 
 # The shape playbooks/preflight.yml reports, as read off a real 8x H100 HGX node's facts.
 HGX = {

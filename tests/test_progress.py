@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from provisioner.progress import Progress
+from provisioner.engine.progress import Progress
 
 
 def _events(hosts: int):

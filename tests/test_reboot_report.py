@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner import engine, profiles
-from provisioner.report import Report
-from provisioner.run import EventReader, PlaybookRun
+from provisioner import profiles
+from provisioner.engine import commands
+from provisioner.reports.report import Report
+from provisioner.engine.runner import EventReader, PlaybookRun
 
 TASK = "nvidia_driver : Say that a reboot is needed to load NVIDIA module 535.309.01."
 
@@ -19,8 +20,8 @@ def _report_after(reboot: dict) -> Report:
     reader({"event": "playbook_on_stats", "event_data": {"ok": {"gpu1": 40}, "changed": {"gpu1": 3}}})
     loaded = profiles.load("h100-train")
     report = Report("up", loaded.profile.name, loaded.digest, "hosts.ini", Path("."), started="now")
-    engine._fold(report, "site", PlaybookRun("site", "successful", 0, reader.hosts, Path(".")),
-                 engine.Target(loaded, None))
+    commands._fold(report, "site", PlaybookRun("site", "successful", 0, reader.hosts, Path(".")),
+                 commands.Target(loaded, None))
     return report
 
 

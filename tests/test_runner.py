@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from provisioner import engine
+from provisioner.engine import commands
 from provisioner.cli import app
 
 pytestmark = pytest.mark.ansible
 
 
 def test_preflight_against_localhost_parses_per_host_results(local_inventory: Path, tmp_path: Path):
-    target = engine.prepare("debian12-lab", local_inventory)
+    target = commands.prepare("debian12-lab", local_inventory)
     events = []
-    report = engine.execute("preflight", target, runs_dir=tmp_path / "runs", hook=events.append)
+    report = commands.execute("preflight", target, runs_dir=tmp_path / "runs", hook=events.append)
     assert [h.name for h in report.hosts] == ["localhost"]
     host = report.hosts[0]
     assert host.status == "ok" and host.failures == []
@@ -38,7 +38,7 @@ def test_batches_run_one_host_at_a_time(tmp_path: Path):
     hosts.write_text('[local]\nlocal-a ansible_connection=local ansible_python_interpreter="{{ ansible_playbook_python }}"\n'
                      'local-b ansible_connection=local ansible_python_interpreter="{{ ansible_playbook_python }}"\n')
     plays = []
-    report = engine.execute("preflight", engine.prepare("debian12-lab", hosts), runs_dir=tmp_path / "runs", batch="1",
+    report = commands.execute("preflight", commands.prepare("debian12-lab", hosts), runs_dir=tmp_path / "runs", batch="1",
                             hook=lambda e: plays.append(e) if e.get("event") == "playbook_on_play_start" else None)
     assert [h.name for h in report.hosts] == ["local-a", "local-b"] and report.exit_code == 0
     assert len(plays) == 2  # serial: 1 runs the play once per host
@@ -78,7 +78,7 @@ def test_ssh_keeps_host_key_checking_on(tmp_path: Path):
     fake_ssh.chmod(0o755)
     hosts = tmp_path / "hosts.ini"
     hosts.write_text(f"[gpu]\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_ssh_executable={fake_ssh}\n")
-    report = engine.execute("preflight", engine.prepare("debian12-lab", hosts), runs_dir=tmp_path / "runs")
+    report = commands.execute("preflight", commands.prepare("debian12-lab", hosts), runs_dir=tmp_path / "runs")
     assert report.hosts[0].status == "unreachable"
     args = argv_log.read_text().splitlines()
     assert "StrictHostKeyChecking=no" not in args, args

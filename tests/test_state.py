@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import engine, profiles
+from provisioner import profiles
+from provisioner.engine import commands, drift
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -97,12 +98,12 @@ def test_package_and_unit_differences_are_named():
 
 def test_up_skips_only_a_host_in_its_recorded_state_with_this_profile():
     loaded = profiles.load("debian12-lab")
-    target = engine.Target(loaded, None)
+    target = commands.Target(loaded, None)
     state = {"recorded": True, "profile": "debian12-lab", "profile_sha256": loaded.digest, "differences": [],
              "dpkg_audit": ""}
-    assert engine.in_recorded_state(state, target)
-    assert not engine.in_recorded_state(dict(state, profile_sha256="0" * 64), target)  # the profile changed
-    assert not engine.in_recorded_state(dict(state, recorded=False), target)
+    assert drift.in_recorded_state(state, target)
+    assert not drift.in_recorded_state(dict(state, profile_sha256="0" * 64), target)  # the profile changed
+    assert not drift.in_recorded_state(dict(state, recorded=False), target)
     half = dict(state, dpkg_audit="The following packages are only half configured: hello")
-    assert not engine.in_recorded_state(half, target)
-    assert engine.state_drift(half)[0][0] == "dpkg: packages left half-configured by an interrupted run"
+    assert not drift.in_recorded_state(half, target)
+    assert drift.state_drift(half)[0][0] == "dpkg: packages left half-configured by an interrupted run"

@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import dcgm, nccl_tests, nvidia_smi, profiles, verify
+from provisioner import profiles
+from provisioner.judge import verify
+from provisioner.parsers import nccl_tests
+from provisioner.parsers import dcgm
+from provisioner.parsers import nvidia_smi
 from provisioner.models import Profile
 from provisioner.profiles import deep_merge
 

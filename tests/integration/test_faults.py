@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import engine
+from provisioner.engine import commands
 
 from .labtools import DRIVER_ONLY, podman, task_started
 
@@ -32,14 +32,17 @@ HOST = f"t{os.getpid()}faults"
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     """One fresh lab-image host whose /opt is a 64 MiB tmpfs (a small separate filesystem)."""
-    from provisioner import lab, lab_image
+    from provisioner.lab import aptcache
+    from provisioner.lab import hosts as lab_hosts
+    from provisioner.lab import image as lab_image
+    from provisioner.lab import podman as lab_podman
 
     image = lab_image.ensure()
-    proxy = lab.cache_start(lab.network_gateway())
+    proxy = aptcache.start(lab_podman.network_gateway())
     podman("run", "-d", "--name", HOST, "--hostname", HOST, "--systemd=always",
            "--tmpfs", "/opt:rw,size=64m,mode=0755", image, "/sbin/init", check=True)
     try:
-        podman("exec", HOST, "sh", "-c", f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {lab.PROXY_DROPIN}",
+        podman("exec", HOST, "sh", "-c", f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {lab_hosts.PROXY_DROPIN}",
                check=True)
         inventory = tmp_path_factory.mktemp("faults") / "hosts.ini"
         inventory.write_text(f"[lab]\n{HOST} ansible_connection=containers.podman.podman "
@@ -57,7 +60,7 @@ def installed(package: str) -> bool:
 def test_a_nearly_full_filesystem_is_refused_by_preflight_and_nothing_is_touched(host: Path, tmp_path: Path):
     podman("exec", HOST, "fallocate", "-l", "60M", "/opt/filler", check=True)
     try:
-        report = engine.execute("up", engine.prepare(PROFILE, host), runs_dir=tmp_path)
+        report = commands.execute("up", commands.prepare(PROFILE, host), runs_dir=tmp_path)
     finally:
         podman("exec", HOST, "rm", "-f", "/opt/filler")
     assert report.exit_code != 0
@@ -124,7 +127,7 @@ def test_controller_killed_mid_install_loses_nothing_and_the_next_up_converges(h
 
     # The next run repairs whatever apt/dpkg were left in (waiting for a dpkg still running
     # on the host, finishing a half-configured one) and converges.
-    report = engine.execute("up", engine.prepare(str(profile), host), runs_dir=tmp_path / "after")
+    report = commands.execute("up", commands.prepare(str(profile), host), runs_dir=tmp_path / "after")
     assert report.exit_code == 0, report.as_dict()
     assert installed("nvidia-driver")
     assert podman("exec", HOST, "dpkg", "--audit").stdout == ""
@@ -142,7 +145,7 @@ def test_a_held_dpkg_lock_fails_the_host_after_the_bound_then_the_host_converges
     time.sleep(1)
     start = time.monotonic()
     # --full: the host may already be converged (the test before); the lock is met in common.
-    report = engine.execute("up", engine.prepare(str(profile), bounded), runs_dir=tmp_path, full=True)
+    report = commands.execute("up", commands.prepare(str(profile), bounded), runs_dir=tmp_path, full=True)
     took = time.monotonic() - start
     [result] = report.hosts
     assert report.exit_code == 1 and result.status == "failed"
@@ -154,6 +157,6 @@ def test_a_held_dpkg_lock_fails_the_host_after_the_bound_then_the_host_converges
     assert podman("exec", HOST, "dpkg", "--audit").stdout == ""
 
     podman("exec", HOST, "pkill", "-f", "fcntl.lockf")
-    again = engine.execute("up", engine.prepare(str(profile), bounded), runs_dir=tmp_path, full=True)
+    again = commands.execute("up", commands.prepare(str(profile), bounded), runs_dir=tmp_path, full=True)
     assert again.exit_code == 0, again.as_dict()
     assert installed("nvidia-driver")

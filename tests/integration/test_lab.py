@@ -139,6 +139,8 @@ def test_a_systemd_unit_created_by_ansible_starts(lab, tmp_path):
 @needs_lab
 def test_status_and_down_leave_nothing(lab):
     from provisioner import lab as labmod
+    from provisioner.lab import aptcache
+    from provisioner.lab import podman as podman_mod
 
     st = labmod.status(lab.prefix)
     assert [h.name for h in st] == [h.name for h in lab.hosts]
@@ -150,11 +152,11 @@ def test_status_and_down_leave_nothing(lab):
                            capture_output=True, text=True, check=True).stdout.strip()
     try:
         res = labmod.down(lab.prefix, lab.inventory.parent)
-        assert res.cache_stopped is False and labmod._cache_pid() is not None
+        assert res.cache_stopped is False and aptcache.running_pid() is not None
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", other], capture_output=True, check=False)
     assert sorted(res.removed_containers) == sorted(h.name for h in lab.hosts)
-    left = subprocess.run(["podman", "ps", "-a", "--filter", f"label={labmod.LABEL}={lab.prefix}", "--format", "json"],
+    left = subprocess.run(["podman", "ps", "-a", "--filter", f"label={podman_mod.LABEL}={lab.prefix}", "--format", "json"],
                           capture_output=True, text=True, check=True)
     assert json.loads(left.stdout or "[]") == []
     assert not lab.inventory.exists()

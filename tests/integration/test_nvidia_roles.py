@@ -70,16 +70,16 @@ def _exec(*cmd: str) -> None:
 
 
 def test_nvidia_scenario_converges_idempotent_verified_and_check_mode_sees_drift(tmp_path):
-    from provisioner import lab
+    from provisioner.lab import aptcache
 
     numbers: dict[str, float] = {}
-    log = lab.CACHE_LOG_DIR / "apt-cacher.log"
+    log = aptcache.LOG_DIR / "apt-cacher.log"
     log_start = len(log.read_text(errors="replace").splitlines()) if log.exists() else 0
     try:
         for action in ("dependency", "destroy", "syntax", "create", "prepare", "converge", "idempotence", "verify"):
             r, numbers[action] = _molecule(action)
             assert r.returncode == 0, f"molecule {action} failed:\n" + (r.stdout + r.stderr)[-6000:]
-        stats = lab.cache_stats(log_start)
+        stats = aptcache.stats(log_start)
         numbers["fetched_upstream_mb"] = stats.fetched_upstream / 1e6
         numbers["served_to_host_mb"] = stats.served_to_hosts / 1e6
 

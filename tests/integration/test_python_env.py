@@ -46,8 +46,9 @@ _reason = _skip_reason()
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")
 def test_molecule_python_env_scenario_passes():
     from provisioner import lab
+    from provisioner.lab import aptcache
 
-    cache_was_running = lab._cache_pid() is not None
+    cache_was_running = aptcache.running_pid() is not None
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_NOCOLOR="1", PROVISIONER_WHEELHOUSE=str(WHEELHOUSE), ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
     start = time.monotonic()
@@ -57,7 +58,7 @@ def test_molecule_python_env_scenario_passes():
     finally:
         # The scenario starts the lab's apt cache; stop it again unless a lab (or someone) had it running.
         if not cache_was_running and not lab.status(None):
-            lab.cache_stop()
+            aptcache.stop()
     out = r.stdout + r.stderr
     fatals = "\n...\n".join(out[max(0, m.start() - 1200):m.start() + 2500] for m in re.finditer("fatal:", out))
     assert r.returncode == 0, fatals[-12000:] + "\n...\n" + out[-3000:]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import engine, profiles
+from provisioner import profiles
+from provisioner.engine import commands
 
 from . import labtools
 from .labtools import DRIVER_ONLY, podman, task_started
@@ -32,7 +33,7 @@ def lab_hosts(tmp_path_factory):
 
 
 def run(command: str, inventory: Path, runs: Path, **options):
-    return engine.execute(command, engine.prepare(PROFILE, inventory), runs_dir=runs, **options)
+    return commands.execute(command, commands.prepare(PROFILE, inventory), runs_dir=runs, **options)
 
 
 INSTALL = "Install the driver packages at their exact versions"
@@ -170,7 +171,7 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     assert run("up", inventory, tmp_path, limit=victim).exit_code == 0
     edited = tmp_path / "edited.yml"
     edited.write_text(Path(PROFILE).read_text().replace("description: ", "description: edited; ", 1))
-    changed = engine.execute("check", engine.prepare(str(edited), inventory), runs_dir=tmp_path)
+    changed = commands.execute("check", commands.prepare(str(edited), inventory), runs_dir=tmp_path)
     assert changed.exit_code == 2
     assert all(any(c.name == "recorded profile" and "the profile changed" in c.detail for c in h.checks)
                for h in changed.hosts)

@@ -28,11 +28,12 @@ from typing import Any
 
 import yaml
 
+from provisioner import paths
 from provisioner.errors import ProvisionError
 from provisioner.inventory import Inventory
 from provisioner.profiles import Loaded
 
-DASHBOARD = Path(__file__).resolve().parent / "data" / "grafana-dcgm.json"
+DASHBOARD = paths.DATA_DIR / "grafana-dcgm.json"
 METRIC_RE = re.compile(r"\bDCGM_FI_[A-Z0-9_]+\b")
 _TEMPLATE_METRIC = "__METRIC__"  # the dashboard's variables query a metric the profile collects
 HEADER = "# Rendered by `provision monitoring` from profile {name} (sha256 {digest}).\n# Do not edit: re-render instead.\n"

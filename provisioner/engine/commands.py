@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Literal
 
 from provisioner import inventory as inventory_mod
-from provisioner import preflight as preflight_mod
+from provisioner.judge import preflight as preflight_mod
 from provisioner import profiles
 from provisioner import role_specs
-from provisioner import verify as verify_mod
-from provisioner.checks import failed, passed
+from provisioner.judge import verify as verify_mod
+from provisioner.judge.checks import failed, passed
 from provisioner.render import render
-from provisioner.report import HostReport, Report
-from provisioner.run import EventHook, PlaybookRun, run_playbook
+from provisioner.reports.report import HostReport, Report
+from provisioner.engine import drift
+from provisioner.engine.runner import EventHook, PlaybookRun, run_playbook
 
 Command = Literal["preflight", "up", "check", "verify"]
 STEPS: dict[str, tuple[str, ...]] = {
@@ -91,8 +92,8 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
                 host.status = "changed"
         elif step == "check":
             state = result.reported.get("provisioner_state") or {}
-            host.checks.extend(_recorded_profile_check(state if state.get("recorded") else {}, target))
-            for item, detail in state_drift(state):
+            host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target))
+            for item, detail in drift.state_drift(state):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
             if host.changed_tasks:
@@ -101,7 +102,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             host.changed_tasks.extend(result.changed_tasks)
             host.diffs.update(result.diffs)
             recorded = (result.facts.get("ansible_local") or {}).get("provisioner") or {}
-            host.checks.extend(_recorded_profile_check(recorded, target))
+            host.checks.extend(drift.recorded_profile_check(recorded, target))
             if result.changed_tasks:
                 host.status = "drift"
         elif step == "verify":
@@ -120,32 +121,6 @@ def _reboot_check(reboot: dict | None):
     why = " ".join(str(reboot.get("why_not", "")).split())
     return [failed("reboot", f"needs a reboot, not done ({why}): {reason}. Reboot it, or set reboot.allowed: true "
                              "and re-run provision up (with --batch to reboot a few hosts at a time)")]
-
-
-def state_drift(state: dict) -> list[tuple[str, str]]:
-    """The differences provisioner_state found between a host and its record, as
-    (item, what changed) pairs, plus packages dpkg left half-configured."""
-    found = [(d["item"], f"recorded: {d['recorded']}; now: {d['now']}") for d in state.get("differences") or []]
-    if state.get("dpkg_audit"):
-        found.append(("dpkg: packages left half-configured by an interrupted run",
-                      " ".join(str(state["dpkg_audit"]).split())[:500]))
-    return found
-
-
-def in_recorded_state(state: dict, target: Target) -> bool:
-    """Converged with this very profile and nothing managed has moved since: no converge needed."""
-    return bool(state.get("recorded")) and not state_drift(state) and not _recorded_profile_check(state, target)
-
-
-def _recorded_profile_check(recorded: dict, target: Target):
-    name, digest = target.loaded.profile.name, target.loaded.digest
-    if not recorded:
-        return [failed("recorded profile", "this host was never converged by provision (no local fact)")]
-    if recorded.get("profile") != name:
-        return [failed("recorded profile", f"converged with profile {recorded.get('profile')!r}, not {name!r}")]
-    if recorded.get("profile_sha256") != digest:
-        return [failed("recorded profile", "the profile changed since this host was converged (re-run provision up)")]
-    return []
 
 
 def _healthy(report: Report, limit: str | None) -> str | None:
@@ -235,7 +210,7 @@ def _skip_converged(report: Report, run: PlaybookRun, target: Target) -> set[str
     skip = set()
     for host in report.hosts:
         result = run.hosts.get(host.name)
-        if result and not host.broken and in_recorded_state(result.reported.get("provisioner_state") or {}, target):
+        if result and not host.broken and drift.in_recorded_state(result.reported.get("provisioner_state") or {}, target):
             skip.add(host.name)
             host.checks.append(passed("converge", "skipped: the host is in the state its last converge with this "
                                                   "profile recorded (provision up --full converges anyway)"))

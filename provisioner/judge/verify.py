@@ -12,8 +12,11 @@ import json
 import re
 from typing import Any
 
-from provisioner import compat, dcgm, nccl_tests, nvidia_smi
-from provisioner.checks import Check, failed, passed, skipped
+from provisioner import compat
+from provisioner.parsers import nccl_tests
+from provisioner.parsers import dcgm
+from provisioner.parsers import nvidia_smi
+from provisioner.judge.checks import Check, failed, passed, skipped
 from provisioner.models import Profile
 
 # nvidia-smi reports less than the nominal size: H100 80GB shows 81559 MiB (79.6 GiB), and

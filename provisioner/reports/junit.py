@@ -20,7 +20,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from provisioner.report import HostReport, Report
+from provisioner.reports.report import HostReport, Report
 
 # Characters XML 1.0 cannot carry at all (Ansible output may hold terminal escapes).
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

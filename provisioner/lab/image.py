@@ -8,8 +8,8 @@ any extra CA certificates), so the image is built once and rebuilt only when the
 recipe changes. The newest build is also tagged ``localhost/provisioner-lab:latest``
 for tools that need a fixed name (Molecule).
 
-    python -m provisioner.lab_image build [--ca-cert FILE ...] [--force]
-    python -m provisioner.lab_image show          # the recipe and its tag, builds nothing
+    python -m provisioner.lab.image build [--ca-cert FILE ...] [--force]
+    python -m provisioner.lab.image show          # the recipe and its tag, builds nothing
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ def ensure(recipe: ImageRecipe | None = None, progress: Progress | None = None, 
 # --------------------------------------------------------------------------- CLI
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m provisioner.lab_image", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m provisioner.lab.image", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("build", "show"):
         p = sub.add_parser(name)

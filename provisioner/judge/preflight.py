@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.checks import Check, at_least, failed, passed, skipped
+from provisioner.judge.checks import Check, at_least, failed, passed, skipped
 from provisioner.models import Profile
 
 # Installed memory reads a little low (the kernel reserves some): 1 TiB shows ~1007 GiB.

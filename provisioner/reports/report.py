@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.checks import Check
+from provisioner.errors import ProvisionError
+from provisioner.judge.checks import Check
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED_CHECKS = 0, 1, 2
 
@@ -102,6 +103,31 @@ class Report:
             "errors": self.errors, "retry": self.retry_command(), "hosts": [h.as_dict() for h in self.hosts],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], run_dir: Path | None = None) -> Report:
+        """A Report again from its as_dict() shape (exit_code, verdict and retry are recomputed)."""
+        try:
+            hosts = [
+                HostReport(
+                    name=str(h["name"]), status=str(h["status"]),
+                    changed_tasks=[str(t) for t in h.get("changed_tasks", [])],
+                    diffs={str(k): str(v) for k, v in (h.get("diffs") or {}).items()},
+                    failures=[str(f) for f in h.get("failures", [])],
+                    checks=[Check(str(c["name"]), c["status"], str(c.get("detail", ""))) for c in h.get("checks", [])],
+                )
+                for h in data["hosts"]
+            ]
+            return cls(
+                command=str(data["command"]), profile=str(data.get("profile", "?")),
+                profile_sha256=str(data.get("profile_sha256", "")), inventory=str(data.get("inventory", "")),
+                run_dir=Path(data.get("run_dir") or run_dir or "."), started=str(data.get("started", "")),
+                finished=str(data.get("finished", "")), interrupted=bool(data.get("interrupted", False)),
+                hosts=hosts, errors=[str(e) for e in data.get("errors", [])],
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ProvisionError(f"report.json is missing a field the report needs: {exc}",
+                                 where=str(run_dir) if run_dir else None) from None
+
     def write(self) -> Path:
         path = self.run_dir / "report.json"
         path.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
@@ -109,32 +135,37 @@ class Report:
         return path
 
 
-STATUS_STYLE = {"ok": "green", "changed": "yellow", "drift": "yellow", "failed": "red",
-                "unreachable": "red", "pass": "green", "fail": "red", "skip": "dim"}
+def _report_json(run_dir: Path) -> Path:
+    run_dir = Path(run_dir).expanduser()
+    path = run_dir if run_dir.is_file() and run_dir.name.endswith(".json") else run_dir / "report.json"
+    if not path.is_file():
+        what = "no such folder" if not run_dir.exists() else "the folder holds no report.json"
+        raise ProvisionError(f"not a run folder: {what}", where=str(run_dir),
+                             fix="pass a folder printed as `run record:` by up/check/verify/preflight "
+                                 "(they live under ./provision-runs or $PROVISION_RUNS_DIR)")
+    return path
 
 
-def render_table(report: Report, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+def read(run_dir: Path) -> dict[str, Any]:
+    """The report.json of a run folder (or the path of a report.json) as plain data."""
+    path = _report_json(run_dir)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProvisionError(f"cannot read the report: {exc}", where=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise ProvisionError(f"the report is not valid JSON: {exc.msg}", where=f"{path}:{exc.lineno}",
+                             fix="the run may have been killed while writing it; re-run the command") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), list) or "command" not in data:
+        raise ProvisionError("this report.json is not a provision report (no command / hosts)", where=str(path))
+    return data
 
-    table = Table(title=f"provision {report.command} · profile {report.profile}", title_justify="left")
-    table.add_column("host")
-    table.add_column("result")
-    table.add_column("changed / failures")
-    table.add_column("checks")
-    for host in report.hosts:
-        style = STATUS_STYLE.get(host.status, "")
-        changes = "\n".join([f"[red]{escape(f)}[/red]" for f in host.failures] + [escape(t) for t in host.changed_tasks[:8]]
-                            + ([f"… {len(host.changed_tasks) - 8} more"] if len(host.changed_tasks) > 8 else []))
-        checks = "\n".join(f"[{STATUS_STYLE[c.status]}]{c.status:4}[/] {escape(c.name)}: {escape(c.detail)}"
-                           for c in host.checks)
-        table.add_row(host.name, f"[{style}]{host.status}[/]", changes or "-", checks or "-")
-    console.print(table)
-    for error in report.errors:
-        console.print(f"[red]error:[/red] {escape(error)}")
-    colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
-    console.print(f"[bold {colour}]{report.verdict}[/]")
-    retry = report.retry_command()
-    if retry:
-        console.print(f"retry just those: {escape(retry)}", highlight=False, soft_wrap=True)
-    console.print(f"run record: {report.run_dir}")
+
+def load(run_dir: Path) -> Report:
+    """Rebuild the Report of a past run from <run_dir>/report.json.
+
+    The run folder may have moved since: run_dir then names where it is now."""
+    report = Report.from_dict(read(run_dir), run_dir)
+    path = Path(run_dir).expanduser()
+    report.run_dir = (path.parent if path.is_file() else path).resolve()
+    return report

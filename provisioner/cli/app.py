@@ -1,0 +1,81 @@
+"""The Typer application, its context object and the one place errors become messages.
+
+Every command receives the `Session` (ctx.obj): the consoles and the --debug flag. Errors
+a person can fix arrive as ProvisionError and are printed once, as one message with the
+fix, exit code 1; --debug shows the traceback too.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Annotated, Callable, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from provisioner import __version__
+from provisioner.errors import ProvisionError
+
+
+@dataclass
+class Session:
+    """What every command shares: where output goes, and whether to show tracebacks."""
+
+    debug: bool = False
+    out: Console = field(default_factory=Console)
+    err: Console = field(default_factory=lambda: Console(stderr=True))
+
+    def warn(self, message: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+    def say(self, message: str, *, to_err: bool = False) -> None:
+        (self.err if to_err else self.out).print(message, highlight=False, soft_wrap=True)
+
+
+def session() -> Session:
+    """The current command's Session (a default one outside a CLI call, e.g. in tests)."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    if root is not None and not isinstance(root.obj, Session):
+        root.obj = Session()
+    return root.obj if root is not None else Session()
+
+
+def friendly(fn: Callable) -> Callable:
+    """Turn ProvisionError into one clear message and exit 1 (a traceback only with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ProvisionError as exc:
+            s = session()
+            if s.debug:
+                raise
+            s.err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+app = typer.Typer(help="Take GPU servers to a verified, ready-to-train state from one profile.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        Console().print(f"provision {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    ctx.obj = Session(debug=debug)

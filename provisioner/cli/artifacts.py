@@ -1,0 +1,81 @@
+"""Commands that write files for the tools around us: monitoring configuration, a past
+run's report again (table, JSON, HTML, JUnit), and the self-applying bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from provisioner.cli.app import app, friendly, session
+from provisioner.cli.hosts import show
+from provisioner.cli.options import InventoryArg, Json, Junit, Profile
+
+
+@app.command()
+@friendly
+def monitoring(
+    profile: Profile,
+    inventory: InventoryArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write prometheus/ and grafana/ into.")],
+) -> None:
+    """Render Prometheus file_sd targets + a scrape config for the hosts' dcgm-exporters, and a Grafana dashboard."""
+    from provisioner.engine import commands
+    from provisioner.reports import monitoring as monitoring_mod
+
+    s = session()
+    target = commands.prepare(profile, inventory)
+    result = monitoring_mod.render(target.loaded, target.inventory, output)
+    for warning in result.warnings:
+        s.warn(warning)
+    for path in result.files:
+        s.say(str(path))
+    s.say(f"{len(result.targets)} target(s); dashboard panels: {', '.join(result.panels)}")
+    if result.unpanelled:
+        s.say(f"collected but shown in no panel: {', '.join(result.unpanelled)}")
+    s.say(f"check: promtool check config {output.resolve()}/prometheus/scrape-dcgm.yml")
+
+
+@app.command("report")
+@friendly
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (printed as `run record:` at the end of a run).")],
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as one self-contained "
+                                                 "HTML page to this file.")] = None,
+    junit: Junit = None,
+    as_json: Json = False,
+) -> None:
+    """Show a past run's report again (from its report.json); --html writes it as a web page."""
+    from provisioner.reports import report
+
+    show(report.load(run_dir), as_json, junit, html)
+
+
+@app.command()
+@friendly
+def bundle(
+    profile: Profile,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The tarball to write.")] = Path("bundle.tar.gz"),
+    cloud_init_url: Annotated[Optional[str], typer.Option(
+        "--cloud-init-url", help="Also write <output>.cloud-init.yml: a #cloud-config that fetches the bundle from "
+                                 "this URL (or path on the node), checks its sha256 and applies it at first boot.")] = None,
+) -> None:
+    """Write a self-contained tarball (playbooks, roles, resolved profile, local.yml) a node applies to itself."""
+    from provisioner import bundle as bundle_mod
+    from provisioner import profiles
+
+    s = session()
+    loaded = profiles.load(profile)
+    for warning in bundle_mod.warnings_for(loaded):
+        s.warn(warning)
+    path = bundle_mod.build(loaded, output)
+    digest = bundle_mod.sha256_of(path)
+    s.say(f"{path}  sha256 {digest}")
+    if cloud_init_url:
+        snippet = path.with_name(path.name.removesuffix(".gz").removesuffix(".tar") + ".cloud-init.yml")
+        snippet.write_text(bundle_mod.cloud_init(cloud_init_url, digest,
+                                                 pip_index_url=loaded.profile.mirrors.pip_index_url), encoding="utf-8")
+        s.say(f"cloud-init: {snippet}")
+    s.say(f"apply on a node (root): mkdir -p /opt/provisioner/bundle && tar -xzf {path.name} "
+          "-C /opt/provisioner/bundle && /opt/provisioner/bundle/apply.sh")

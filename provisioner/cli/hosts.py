@@ -1,0 +1,127 @@
+"""The commands that take a profile and an inventory: render, and those that talk to hosts
+(preflight, up, check, verify). Each validates everything before any host is touched
+(engine.commands.prepare), runs, prints the report and exits with its code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from provisioner.cli.app import Session, app, friendly, session
+from provisioner.cli.options import (DEFAULT_RUNS_DIR, Batch, Fleet, Forks, InventoryArg, Json, Junit, Limit, MaxFail,
+                                     Output, Profile, RunsDir)
+
+
+def _warn_dropped(s: Session, target) -> None:
+    for line in target.inventory.dropped_secrets:
+        s.warn(f"left out secret {line}; pass it with ansible-vault, --ask-become-pass or the environment")
+
+
+@app.command()
+@friendly
+def render(
+    profile: Profile,
+    inventory: InventoryArg,
+    output: Output,
+    forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
+) -> None:
+    """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""
+    from provisioner import paths
+    from provisioner.engine import commands
+    from provisioner.render import render as render_dir
+
+    s = session()
+    target = commands.prepare(profile, inventory)
+    _warn_dropped(s, target)
+    for path in render_dir(target.loaded, target.inventory, output, forks):
+        s.say(str(path))
+    s.say(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.playbook('site')}")
+
+
+def talk_to_hosts(command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
+    """Validate, run `command` on the hosts with live progress, show the report, exit with its code."""
+    from provisioner.engine import commands
+    from provisioner.engine.progress import Progress
+
+    s = session()
+    target = commands.prepare(profile, inventory)  # everything validated before any host is touched
+    _warn_dropped(s, target)
+    with Progress(s.err if fleet.as_json else s.out) as progress:
+        report = commands.execute(command, target, runs_dir=fleet.runs_dir, limit=fleet.limit, forks=fleet.forks,
+                                  batch=fleet.batch, max_fail=fleet.max_fail, hook=progress, **options)
+    show(report, fleet.as_json, fleet.junit)
+    raise typer.Exit(report.exit_code)
+
+
+def show(report, as_json: bool, junit: Path | None, html: Path | None = None) -> None:
+    """The report as a table (or JSON on stdout), and the files asked for beside it."""
+    from provisioner.reports.table import render_table
+
+    s = session()
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    else:
+        render_table(report, s.out)
+    if html is not None:
+        from provisioner.reports import html as html_report
+
+        s.say(f"html: {html_report.write(report, html)}", to_err=as_json)
+    if junit is not None:
+        from provisioner.reports import junit as junit_mod
+
+        s.say(f"junit: {junit_mod.write(report, junit)}", to_err=as_json)
+
+
+@app.command("preflight")
+@friendly
+def preflight(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+              as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
+              max_fail: MaxFail = None, junit: Junit = None) -> None:
+    """Read-only: check the hosts' hardware and OS against the profile."""
+    talk_to_hosts("preflight", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+
+
+@app.command("verify")
+@friendly
+def verify(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+           as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
+           max_fail: MaxFail = None, junit: Junit = None) -> None:
+    """Verify the hosts against the profile (nvidia-smi and friends); changes nothing."""
+    talk_to_hosts("verify", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+
+
+@app.command("up")
+@friendly
+def up(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
+       runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None, junit: Junit = None,
+       full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
+                                                         "as its last converge with this profile left it.")] = False,
+       ) -> None:
+    """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
+
+    A host already in the state its last converge with this profile recorded is not converged again.
+
+    --full converges it anyway; verify runs on every host."""
+    talk_to_hosts("up", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit),
+                  full=full)
+
+
+@app.command("check")
+@friendly
+def check(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
+          runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
+          junit: Junit = None,
+          deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
+                                                            "(slower; also sees what a changed profile would do).")] = False,
+          ) -> None:
+    """Drift: compare each host with the state recorded at its last converge; changes nothing.
+
+    Names every managed package, hold, file and unit that moved since, and the profile's change.
+
+    --deep runs the converge in check mode with diffs instead (slower)."""
+    talk_to_hosts("check", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit),
+                  deep=deep)

@@ -1,0 +1,68 @@
+"""Options that several commands share, and the fleet options gathered into one object.
+
+Every command that talks to hosts takes the same fleet options (--limit, --forks, --json,
+--runs-dir, --batch, --max-fail, --junit); `Fleet` carries them, validated, from the
+command to the engine instead of a list of positional parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from provisioner.errors import ProvisionError
+
+Profile = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name or path to a profile file.")]
+InventoryArg = Annotated[Path, typer.Argument(help="Ansible inventory: hosts.ini or a YAML inventory.")]
+Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).")]
+Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, help="Hosts worked on in parallel.")]
+Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.")]
+RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR",
+                                       help="Where run records are kept.")]
+Batch = Annotated[Optional[str], typer.Option("--batch", help="Work on N hosts (or P%) at a time, like Ansible's serial.")]
+MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the remaining batches once more than P% "
+                                                "of a batch failed (default: never).")]
+Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write the report as JUnit XML to this file "
+                                               "(one testcase per host per check, for CI).")]
+Output = Annotated[Path, typer.Option("--output", "-o", help="Folder to write into.")]
+DEFAULT_RUNS_DIR = Path("provision-runs")
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The fleet options of one command, validated."""
+
+    limit: str | None = None
+    forks: int | None = None
+    as_json: bool = False
+    runs_dir: Path = DEFAULT_RUNS_DIR
+    batch: str | None = None
+    max_fail: int | None = None
+    junit: Path | None = None
+
+    @classmethod
+    def of(cls, limit: str | None, forks: int | None, as_json: bool, runs_dir: Path, batch: str | None,
+           max_fail: str | None, junit: Path | None) -> Fleet:
+        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit)
+
+
+def parse_batch(value: str | None) -> str | None:
+    match = re.fullmatch(r"([1-9]\d*)(%?)", value) if value is not None else None
+    if value is not None and (not match or match.group(2) and int(match.group(1)) > 100):
+        raise ProvisionError(f"--batch {value!r} is not a host count or a percentage", where="--batch",
+                             fix="use a number of hosts (--batch 10) or a percentage (--batch 20%)")
+    return value
+
+
+def parse_max_fail(value: str | None) -> int | None:
+    if value is None:
+        return None
+    match = re.fullmatch(r"(\d{1,3})%?", value)
+    if not match or int(match.group(1)) > 100:
+        raise ProvisionError(f"--max-fail {value!r} is not a percentage", where="--max-fail",
+                             fix="use 0 to 100, e.g. --max-fail 10%")
+    return int(match.group(1))

@@ -1,0 +1,61 @@
+"""`provision profiles`: list, show and validate profiles."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from provisioner.cli.app import app, friendly, session
+from provisioner.errors import ProvisionError
+
+profiles_app = typer.Typer(help="List, show and validate profiles.", invoke_without_command=True)
+app.add_typer(profiles_app, name="profiles")
+
+
+@profiles_app.callback()
+@friendly
+def profiles_list(ctx: typer.Context) -> None:
+    """List the built-in profiles (name, GPUs, CUDA, driver, purpose)."""
+    if ctx.invoked_subcommand:
+        return
+    from rich.table import Table
+
+    from provisioner import profiles
+
+    table = Table("profile", "GPUs", "CUDA", "driver", "purpose", title="built-in profiles", title_justify="left")
+    for name in profiles.builtin_names():
+        p = profiles.load(name).profile
+        gpus = f"{p.hardware.gpu.count}x {p.hardware.gpu.model}" if p.expects_gpu else "none"
+        table.add_row(name, gpus, ", ".join(p.cuda.toolkits), f"{p.driver.version} ({p.driver.source})", p.description)
+    session().out.print(table)
+
+
+@profiles_app.command("show")
+@friendly
+def profiles_show(ref: Annotated[str, typer.Argument(help="A built-in name or a path to a profile file.")]) -> None:
+    """Print the fully resolved profile (extends applied, defaults filled in) as YAML."""
+    from provisioner import profiles
+
+    loaded = profiles.load(ref)
+    sys.stdout.write(f"# resolved from: {', '.join(str(f) for f in loaded.files)}\n")
+    sys.stdout.write(f"# sha256: {loaded.digest}\n")
+    sys.stdout.write(profiles.to_yaml(loaded.profile))
+
+
+@profiles_app.command("validate")
+def profiles_validate(paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")]) -> None:
+    """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid."""
+    from provisioner import profiles
+
+    s, bad = session(), 0
+    for ref in paths:
+        try:
+            loaded = profiles.load(ref)
+            s.out.print(f"[green]ok[/]    {escape(ref)} ({loaded.profile.name})", highlight=False)
+        except ProvisionError as exc:
+            bad += 1
+            s.err.print(f"[red]error[/] {escape(ref)}: {escape(str(exc))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1 if bad else 0)

@@ -1,0 +1,38 @@
+"""Drift: how a host's recorded state (what its last converge applied, read back by the
+provisioner_state module in one call) differs from now, and from the profile asked for.
+Pure functions over the module's result; preflight and check both use them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from provisioner.judge.checks import failed
+
+if TYPE_CHECKING:
+    from provisioner.engine.commands import Target
+
+
+def state_drift(state: dict) -> list[tuple[str, str]]:
+    """The differences provisioner_state found between a host and its record, as
+    (item, what changed) pairs, plus packages dpkg left half-configured."""
+    found = [(d["item"], f"recorded: {d['recorded']}; now: {d['now']}") for d in state.get("differences") or []]
+    if state.get("dpkg_audit"):
+        found.append(("dpkg: packages left half-configured by an interrupted run",
+                      " ".join(str(state["dpkg_audit"]).split())[:500]))
+    return found
+
+
+def in_recorded_state(state: dict, target: Target) -> bool:
+    """Converged with this very profile and nothing managed has moved since: no converge needed."""
+    return bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target)
+
+
+def recorded_profile_check(recorded: dict, target: Target):
+    name, digest = target.loaded.profile.name, target.loaded.digest
+    if not recorded:
+        return [failed("recorded profile", "this host was never converged by provision (no local fact)")]
+    if recorded.get("profile") != name:
+        return [failed("recorded profile", f"converged with profile {recorded.get('profile')!r}, not {name!r}")]
+    if recorded.get("profile_sha256") != digest:
+        return [failed("recorded profile", "the profile changed since this host was converged (re-run provision up)")]
+    return []

@@ -1,0 +1,345 @@
+"""Lab hosts: start, stop and list them, and write the inventory that reaches them.
+
+`up` runs in phases, each a function of its own: check the request, make the lab's SSH
+key, start the containers, wait for systemd, give each host the apt proxy and the key,
+write the inventory and known_hosts, wait for SSH. Nothing here prints; progress goes
+through an optional callback, errors are ProvisionError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from provisioner.errors import ProvisionError
+from provisioner.lab import aptcache, podman
+from provisioner.lab import image as lab_image
+from provisioner.lab.podman import LABEL, LABEL_WORKDIR, NETWORK, SETUP_FIX
+
+Progress = Callable[[str], None]
+
+GROUP = "lab"
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+MAX_HOSTS = 64
+KEY_NAME = "id_ed25519"
+INVENTORY_NAME = "hosts.ini"
+KNOWN_HOSTS_NAME = "known_hosts"
+STATE_NAME = "lab.json"
+PROXY_DROPIN = "/etc/apt/apt.conf.d/00provisioner-lab-proxy"
+
+
+@dataclass
+class LabHost:
+    name: str
+    prefix: str
+    state: str                 # podman's: running, exited, created, ...
+    ip: str | None = None
+    image: str | None = None
+    systemd: str | None = None  # `systemctl is-system-running` when running
+
+
+@dataclass
+class LabResult:
+    prefix: str
+    hosts: list[LabHost]
+    inventory: Path
+    private_key: Path
+    known_hosts: Path
+    image: str
+    apt_proxy: str | None
+    seconds: float
+    created: list[str] = field(default_factory=list)   # containers made by this call
+    reused: list[str] = field(default_factory=list)    # already there (started if stopped)
+    removed: list[str] = field(default_factory=list)   # extras beyond --hosts
+
+
+@dataclass
+class DownResult:
+    prefix: str
+    removed_containers: list[str]
+    removed_files: list[Path]
+    cache_stopped: bool
+
+
+@dataclass
+class _Containers:
+    created: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def _say(progress: Progress | None, msg: str) -> None:
+    if progress:
+        progress(msg)
+
+
+def _check_prefix(prefix: str) -> None:
+    if not PREFIX_RE.match(prefix):
+        raise ProvisionError(
+            f"lab prefix {prefix!r} is not usable as a container and host name",
+            where="--prefix", fix="use lowercase letters, digits and '-', starting with a letter (at most 31)",
+        )
+
+
+def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _ini_quote(value: str, force: bool = False) -> str:
+    if not force and not re.search(r"[\s'\"#;]", value):
+        return value
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+# --------------------------------------------------------------------------- up, in phases
+
+def up(
+    hosts: int = 3,
+    prefix: str = "lab",
+    workdir: Path = Path("lab"),
+    *,
+    image: str | None = None,
+    apt_cache: bool = True,
+    extra_ca_certs: Sequence[Path] | None = None,
+    timeout: float = 180,
+    progress: Progress | None = None,
+) -> LabResult:
+    """Start (or complete) a lab of `hosts` containers named `<prefix>-1..N`.
+
+    Idempotent: running hosts are kept, stopped ones started, missing ones created,
+    hosts beyond N removed. Builds the test-host image first if its recipe changed
+    (`extra_ca_certs`: CA files to trust inside; default: this machine's extra ones).
+    Returns when every host's systemd says running/degraded and SSH with the lab key
+    works against the host keys recorded in `<workdir>/known_hosts`.
+    """
+    t0 = time.monotonic()
+    _check_prefix(prefix)
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise ProvisionError(f"--hosts {hosts} is out of range", where="--hosts", fix=f"use 1 to {MAX_HOSTS}")
+    podman.preflight()
+    workdir = Path(workdir).resolve()
+    if image is None:
+        image = lab_image.ensure(lab_image.ImageRecipe.for_machine(extra_ca_certs=extra_ca_certs), progress=progress)
+    workdir.mkdir(parents=True, exist_ok=True)
+    _refuse_other_lab(workdir, prefix)
+    key = _ensure_key(workdir, prefix, progress)
+
+    wanted = [f"{prefix}-{i}" for i in range(1, hosts + 1)]
+    deadline = time.monotonic() + timeout
+    containers = _start_containers(wanted, prefix, workdir, image, progress)
+    sysstate = _wait_for_systemd(wanted, deadline, timeout, progress)
+    proxy = aptcache.start(podman.network_gateway(), progress) if apt_cache else None
+    host_keys = {name: _give_access(name, proxy, key) for name in wanted}
+    ips = _addresses(wanted)
+    inventory, known_hosts, ssh_args = _write_inventory(workdir, prefix, wanted, ips, host_keys, key)
+    _write_atomic(workdir / STATE_NAME, json.dumps({"prefix": prefix, "hosts": wanted, "image": image,
+                                                    "apt_proxy": proxy}, indent=2) + "\n")
+    _say(progress, "checking SSH on every host")
+    _wait_for_ssh(wanted, ips, key, ssh_args, prefix, deadline)
+
+    lab_hosts = [LabHost(n, prefix, "running", ips[n], image, sysstate[n]) for n in wanted]
+    return LabResult(prefix, lab_hosts, inventory, key, known_hosts, image, proxy, time.monotonic() - t0,
+                     containers.created, containers.reused, containers.removed)
+
+
+def _refuse_other_lab(workdir: Path, prefix: str) -> None:
+    state_file = workdir / STATE_NAME
+    if state_file.exists():
+        other = json.loads(state_file.read_text()).get("prefix")
+        if other and other != prefix and podman.lab_containers(other):
+            raise ProvisionError(f"{workdir} already holds the inventory of lab {other!r}", where=str(workdir),
+                                 fix=f"use another workdir, or `provision lab down --prefix {other}` first")
+
+
+def _ensure_key(workdir: Path, prefix: str, progress: Progress | None) -> Path:
+    key = workdir / KEY_NAME
+    if not key.exists():
+        _say(progress, f"making the lab SSH key {key}")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"provisioner-lab-{prefix}", "-f",
+                        str(key)], check=True, capture_output=True)
+    return key
+
+
+def _start_containers(wanted: list[str], prefix: str, workdir: Path, image: str,
+                      progress: Progress | None) -> _Containers:
+    """Keep running hosts, start stopped ones, create missing ones, remove extras."""
+    existing = {c["Names"][0]: c for c in podman.lab_containers(prefix)}
+    result = _Containers()
+    extras = [n for n in existing if n not in wanted]
+    if extras:
+        podman.run("rm", "-f", "-t", "5", *extras)
+        result.removed += extras
+    for name in wanted:
+        c = existing.get(name)
+        if c:
+            result.reused.append(name)
+            if c["State"] != "running":
+                podman.run("start", name)
+            continue
+        if podman.run("container", "exists", name, check=False).returncode == 0:
+            raise ProvisionError(f"a container named {name!r} exists and is not part of lab {prefix!r}",
+                                 where="podman", fix=f"choose another --prefix, or remove it: podman rm -f {name}")
+        _say(progress, f"starting {name}")
+        podman.run("run", "-d", "--name", name, "--hostname", name,
+                   "--label", f"{LABEL}={prefix}", "--label", f"{LABEL_WORKDIR}={workdir}",
+                   "--network", NETWORK, "--systemd=always", image, "/sbin/init")
+        result.created.append(name)
+    return result
+
+
+def _wait_for_systemd(wanted: list[str], deadline: float, timeout: float, progress: Progress | None) -> dict[str, str]:
+    _say(progress, f"waiting for systemd on {len(wanted)} host(s)")
+    sysstate: dict[str, str] = {}
+    pending = list(wanted)
+    while pending:
+        for name in list(pending):
+            state = podman.systemd_state(name)
+            if state in ("running", "degraded"):
+                sysstate[name] = state
+                pending.remove(name)
+        if pending:
+            if time.monotonic() > deadline:
+                raise ProvisionError(f"systemd did not finish booting on {', '.join(pending)} within {timeout:.0f} s",
+                                     where=pending[0], fix=f"look inside: podman exec -it {pending[0]} systemctl --failed")
+            time.sleep(0.3)
+    return sysstate
+
+
+def _give_access(name: str, proxy: str | None, key: Path) -> str:
+    """Point the host's apt at the lab cache (or not), authorize the lab key for root,
+    and return the host's ed25519 public key for known_hosts."""
+    if proxy:
+        podman.exec_sh(name, f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {PROXY_DROPIN}")
+    else:
+        podman.exec_sh(name, f"rm -f {PROXY_DROPIN}")
+    pubkey = key.with_suffix(".pub").read_text().strip()
+    podman.exec_sh(name, "umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/authorized_keys", input=pubkey + "\n")
+    r = podman.exec_sh(name, "for i in $(seq 100); do [ -s /etc/ssh/ssh_host_ed25519_key.pub ] && break; sleep 0.1; "
+                             "done; cat /etc/ssh/ssh_host_ed25519_key.pub")
+    return " ".join(r.stdout.split()[:2])
+
+
+def _addresses(wanted: list[str]) -> dict[str, str]:
+    infos = podman.inspect(wanted)
+    ips = {n: podman.ip_of(infos[n]) for n in wanted}
+    for n, ip in ips.items():
+        if not ip:
+            raise ProvisionError(f"{n} has no IP address on podman network {NETWORK!r}", where=n, fix=SETUP_FIX)
+    return ips  # type: ignore[return-value]
+
+
+def _write_inventory(workdir: Path, prefix: str, wanted: list[str], ips: dict[str, str],
+                     host_keys: dict[str, str], key: Path) -> tuple[Path, Path, str]:
+    known_hosts = workdir / KNOWN_HOSTS_NAME
+    _write_atomic(known_hosts, "".join(f"{ips[n]},{n} {host_keys[n]}\n" for n in wanted))
+    inventory = workdir / INVENTORY_NAME
+    ssh_args = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes"
+    lines = [
+        f"# Written by `provision lab up --prefix {prefix}`; removed by `provision lab down --prefix {prefix}`.",
+        f"[{GROUP}]",
+        *(f"{n} ansible_host={ips[n]}" for n in wanted),
+        "",
+        f"[{GROUP}:vars]",
+        "ansible_user=root",
+        f"ansible_ssh_private_key_file={_ini_quote(str(key))}",
+        f"ansible_ssh_common_args={_ini_quote(ssh_args, force=True)}",
+        "ansible_python_interpreter=/usr/bin/python3",
+        "",
+    ]
+    _write_atomic(inventory, "\n".join(lines))
+    return inventory, known_hosts, ssh_args
+
+
+def _ssh_banner(ip: str, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((ip, 22), timeout=timeout) as s:
+            s.settimeout(timeout)
+            return s.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _wait_for_ssh(wanted: list[str], ips: dict[str, str], key: Path, ssh_args: str, prefix: str,
+                  deadline: float) -> None:
+    """sshd answers on every host, and a login with the lab key against the recorded host keys works."""
+    while True:
+        waiting = [n for n in wanted if not _ssh_banner(ips[n])]
+        if not waiting:
+            break
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"sshd does not answer on {', '.join(waiting)}", where=waiting[0],
+                                 fix=f"podman exec {waiting[0]} systemctl status ssh")
+        time.sleep(0.2)
+    procs = {n: subprocess.Popen(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                                  *ssh_args.split(), f"root@{ips[n]}", "true"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in wanted}
+    for n, p in procs.items():
+        _, err = p.communicate(timeout=60)
+        if p.returncode != 0:
+            raise ProvisionError(f"SSH to {n} ({ips[n]}) with the lab key failed: {err.strip()}", where=n,
+                                 fix=f"provision lab down --prefix {prefix} && provision lab up --prefix {prefix}")
+
+
+# --------------------------------------------------------------------------- down, status
+
+def down(prefix: str = "lab", workdir: Path = Path("lab"), *, progress: Progress | None = None,
+         stop_cache: bool = True) -> DownResult:
+    """Remove the lab's containers and the files `up` wrote in `workdir` (inventory,
+    known_hosts, key, state; the folder too when that leaves it empty). Stops the apt
+    cache daemon when no container is running any more (its cached files stay)."""
+    _check_prefix(prefix)
+    podman.preflight(need_ssh=False)
+    workdir = Path(workdir).resolve()
+    names = [c["Names"][0] for c in podman.lab_containers(prefix)]
+    if names:
+        _say(progress, f"removing {', '.join(names)}")
+        podman.run("rm", "-f", "-t", "5", *names)
+    files: list[Path] = []
+    state_file = workdir / STATE_NAME
+    owner = None
+    if state_file.exists():
+        try:
+            owner = json.loads(state_file.read_text()).get("prefix")
+        except ValueError:
+            owner = None
+    if owner in (None, prefix):
+        for n in (INVENTORY_NAME, KNOWN_HOSTS_NAME, KEY_NAME, KEY_NAME + ".pub", STATE_NAME):
+            p = workdir / n
+            if p.exists():
+                p.unlink()
+                files.append(p)
+        if workdir.is_dir() and not any(workdir.iterdir()):
+            workdir.rmdir()
+    stopped = False
+    # Other labs and Molecule's test hosts (not labelled as ours) may be downloading
+    # through the cache: it is stopped only when no container at all is running.
+    if stop_cache and not podman.run("ps", "-q").stdout.strip():
+        stopped = aptcache.stop()
+    return DownResult(prefix, names, files, stopped)
+
+
+def status(prefix: str | None = "lab") -> list[LabHost]:
+    """The lab's hosts as podman sees them (prefix None: every lab on this machine)."""
+    if prefix is not None:
+        _check_prefix(prefix)
+    podman.preflight(need_ssh=False)
+    rows = podman.lab_containers(prefix)
+    infos = podman.inspect([c["Names"][0] for c in rows])
+    out = []
+    for c in rows:
+        name = c["Names"][0]
+        h = LabHost(name, (c.get("Labels") or {}).get(LABEL, ""), c["State"], podman.ip_of(infos.get(name, {})),
+                    c.get("Image"))
+        if c["State"] == "running":
+            h.systemd = podman.systemd_state(name) or None
+        out.append(h)
+    return out
