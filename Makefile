@@ -1,11 +1,15 @@
 # Everything a fresh Debian 12 machine (as root) needs is installed by these targets.
-#   make test   - set up, then run every test (unit, ansible-runner, lab hosts, Molecule)
+#   make test   - every test, in stages (scripts/ci-stages; CI runs this too): lint + unit,
+#                 ansible-runner, ansible-runner on the lowest ansible-core claimed, then set
+#                 up the host and run the lab and Molecule tests; a failing stage stops it
+#   make test-unit - only the first stage (lint + unit tests; no host set-up, ~2 min)
+#   make test STAGES="unit ansible" - only those stages
 #   make demo   - set up, start 3 lab hosts and run the main job against them
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOSTS ?= 3
 
-.PHONY: host venv test demo lab-down clean
+.PHONY: host venv test test-unit demo lab-down clean
 
 host:
 	scripts/setup-dev-host
@@ -18,8 +22,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: host venv
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
+test:
+	VENV=$(VENV) scripts/ci-stages $(STAGES)
+
+test-unit:
+	scripts/ci-stages unit
 
 demo: host venv
 	$(VENV)/bin/provision lab up --hosts $(HOSTS)
@@ -29,4 +36,4 @@ lab-down: venv
 	$(VENV)/bin/provision lab down
 
 clean: lab-down
-	rm -rf $(VENV) provision-runs
+	rm -rf $(VENV) .cache/venv-unit .cache/venv-floor provision-runs

@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from provisioner import lab  # noqa: E402
+from provisioner import lab, paths  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PROVISION, PLAYBOOK = str(BIN / "provision"), str(BIN / "ansible-playbook")
@@ -75,7 +75,7 @@ def main() -> None:
         ours_env = {**base_env, "ANSIBLE_CONFIG": str(rendered / "ansible.cfg")}
         naive_env = {**base_env, "ANSIBLE_PIPELINING": "0", "ANSIBLE_SSH_ARGS": "", "ANSIBLE_GATHERING": "implicit"}
         naive = [PLAYBOOK, "-i", inv, "-e", f"@{rendered / 'group_vars/all/provisioner.yml'}", str(NAIVE)]
-        ours = [PLAYBOOK, str(REPO / "playbooks/site.yml")]
+        ours = [PLAYBOOK, str(paths.playbook("site"))]
         times: dict[str, list[float]] = {"naive": [], "ours": [], "up": []}
         tasks = {}
         for _ in range(args.runs):

@@ -3,12 +3,12 @@
 Past a few hundred hosts one controller is the bottleneck; a node that converges itself
 at boot needs no controller at all. The bundle holds everything the converge needs:
 
-    playbooks/ roles/            the same content `provision up` runs
+    ansible_collections/         the same content `provision up` runs (gpu_provisioner.node)
     profile.yml                  the resolved profile (for people; the roles read group_vars)
     inventory/hosts.ini          localhost, connection local
     inventory/group_vars/all/provisioner.yml   the profile as the roles' variables
-    ansible.cfg                  relative roles_path and inventory
-    local.yml                    applies playbooks/site.yml to localhost
+    ansible.cfg                  relative collections_path and inventory
+    local.yml                    applies gpu_provisioner.node.site to localhost
     apply.sh                     fetch-less apply: venv with ansible-core, then local.yml
     README.md, BUNDLE.json       what this is, and the profile/version it was made from
 
@@ -27,10 +27,10 @@ import json
 import os
 import stat
 import tarfile
-import textwrap
 from pathlib import Path
 
 import yaml
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from provisioner import __version__, paths, profiles
 from provisioner.errors import ProvisionError
@@ -44,93 +44,21 @@ INSTALL_DIR = "/opt/provisioner"
 _SKIP_DIRS = {"__pycache__", ".git", "molecule", ".pytest_cache", ".cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".retry", ".swp", "~")
 
-LOCAL_YML = """\
----
-# Converge this machine to the bundled profile: the same site.yml `provision up` runs,
-# on localhost over the local connection (inventory/hosts.ini).
-#   ansible-playbook -i inventory local.yml            (or: ./apply.sh)
-- name: Converge this machine to the bundled profile.
-  ansible.builtin.import_playbook: playbooks/site.yml
-"""
+TEMPLATES = paths.TEMPLATES_DIR / "bundle"
+_STATIC = {"local.yml": "local.yml", "ansible.cfg": "ansible.cfg", "inventory/hosts.ini": "hosts.ini"}
 
-INVENTORY = """\
-# This machine, over the local connection. The profile is in group_vars/all/provisioner.yml.
-[local]
-localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3
-"""
 
-ANSIBLE_CFG = """\
-# Relative paths are relative to this file. Used when ansible-playbook runs in this
-# folder (or with ANSIBLE_CONFIG pointing here).
-[defaults]
-inventory = inventory
-roles_path = roles
-gathering = smart
-interpreter_python = auto_silent
-retry_files_enabled = False
-"""
+def _sh_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
 
-APPLY_SH = """\
-#!/bin/sh
-# Apply this bundle to this machine: make a venv with ansible-core (once), then run
-# local.yml over the local connection. Run as root from anywhere.
-#   ./apply.sh [extra ansible-playbook options, e.g. --check --diff]
-set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-venv="${{PROVISIONER_ANSIBLE_VENV:-{install_dir}/ansible}}"
-if [ ! -x "$venv/bin/ansible-playbook" ]; then
-  if ! dpkg -s python3-venv >/dev/null 2>&1; then  # Debian/Ubuntu ship venv apart from python3
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
-  fi
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check '{ansible_core}'
-fi
-cd "$here"
-export ANSIBLE_CONFIG="$here/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_DEPRECATION_WARNINGS=0
-exec "$venv/bin/ansible-playbook" -i inventory local.yml "$@"
-"""
 
-README = """\
-# gpu-provisioner bundle: profile {name}
-
-Made by `provision bundle` (gpu-provisioner {version}) from profile `{name}`
-(sha256 {digest}). It converges the machine it runs on to that profile, with the
-same playbooks and roles `provision up` uses, over Ansible's local connection.
-
-## Apply it
-
-As root, on the node (Ubuntu 22.04 or Debian 12, Python 3 present):
-
-    mkdir -p {install_dir}/bundle && tar -xzf bundle.tar.gz -C {install_dir}/bundle
-    {install_dir}/bundle/apply.sh                  # makes {install_dir}/ansible (ansible-core), then converges
-
-or, with ansible-core already installed:
-
-    cd {install_dir}/bundle && ansible-playbook -i inventory local.yml
-
-A second run reports changed=0. `--check --diff` shows drift without changing anything.
-
-## At first boot (cloud-init)
-
-`provision bundle --profile {name} -o bundle.tar.gz --cloud-init-url URL` writes a
-#cloud-config beside the tarball: it downloads URL, refuses it unless its sha256 matches,
-unpacks it to {install_dir}/bundle and runs apply.sh. Output goes to cloud-init's log
-(/var/log/cloud-init-output.log).
-
-## With ansible-pull
-
-Commit this folder's contents to a git repository, then on each node:
-
-    ansible-pull -U https://git.example/fleet-bundle.git -i inventory local.yml
-
-## What is inside
-
-- `local.yml`: imports `playbooks/site.yml` for localhost
-- `inventory/hosts.ini`, `inventory/group_vars/all/provisioner.yml`: this machine, and the profile as the roles' variables
-- `profile.yml`: the resolved profile, for reading (the roles read group_vars only)
-- `playbooks/`, `roles/`, `ansible.cfg`, `apply.sh`, `BUNDLE.json`
-"""
+def _template(template: str, **values: object) -> str:
+    """A bundle text from provisioner/templates/bundle. Values go in as data: shell words
+    through `shq`, nothing from a profile is ever template source."""
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, autoescape=False,
+                      keep_trailing_newline=True)
+    env.filters["shq"] = _sh_quote
+    return env.get_template(template).render(**values)
 
 
 def _mtime() -> int:
@@ -139,19 +67,19 @@ def _mtime() -> int:
 
 
 def _content_files() -> dict[str, Path]:
-    """playbooks/ and roles/ as archive name -> file on disk."""
-    root = paths.ansible_root()
+    """The collection (playbooks, roles, modules) as archive name -> file on disk, under
+    ansible_collections/ as in the checkout, so the bundle's ansible.cfg finds it at `.`."""
+    root, base = paths.ansible_root(), paths.collections_path()
     files: dict[str, Path] = {}
-    for top in ("playbooks", "roles"):
-        for dirpath, dirnames, filenames in os.walk(root / top):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
-            for name in sorted(filenames):
-                if name.startswith(".") or name.endswith(_SKIP_SUFFIXES):
-                    continue
-                path = Path(dirpath) / name
-                if path.is_symlink() or not path.is_file():
-                    continue  # no links in a bundle: it must unpack the same anywhere
-                files[path.relative_to(root).as_posix()] = path
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith(".") or name.endswith(_SKIP_SUFFIXES):
+                continue
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue  # no links in a bundle: it must unpack the same anywhere
+            files[path.relative_to(base).as_posix()] = path
     return files
 
 
@@ -182,19 +110,17 @@ def members(loaded: Loaded) -> dict[str, bytes | Path]:
     manifest = {"profile": p.name, "profile_sha256": loaded.digest, "provisioner_version": __version__,
                 "ansible_core": ANSIBLE_CORE, "apply": "ansible-playbook -i inventory local.yml"}
     generated: dict[str, bytes | Path] = {
-        "README.md": README.format(name=p.name, digest=loaded.digest, version=__version__,
-                                   install_dir=INSTALL_DIR).encode(),
+        **{name: (TEMPLATES / source).read_bytes() for name, source in _STATIC.items()},
+        "README.md": _template("README.md.j2", name=p.name, digest=loaded.digest, version=__version__,
+                               install_dir=INSTALL_DIR).encode(),
         "BUNDLE.json": (json.dumps(manifest, indent=2) + "\n").encode(),
-        "ansible.cfg": ANSIBLE_CFG.encode(),
-        "apply.sh": APPLY_SH.format(install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
-        "local.yml": LOCAL_YML.encode(),
-        "inventory/hosts.ini": INVENTORY.encode(),
+        "apply.sh": _template("apply.sh.j2", install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
         "inventory/group_vars/all/provisioner.yml": (header + _dump(role_vars(loaded))).encode(),
         "profile.yml": (header + profiles.to_yaml(p)).encode(),
     }
     content: dict[str, bytes | Path] = dict(_content_files())
     clash = sorted(set(content) & set(generated))
-    if clash:  # cannot happen with playbooks/ and roles/ only; kept so a future folder cannot shadow a file
+    if clash:  # cannot happen with ansible_collections/ only; kept so a future folder cannot shadow a file
         raise ProvisionError(f"bundle entries collide: {', '.join(clash)}")
     return {**content, **generated}
 
@@ -244,54 +170,11 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _sh_quote(value: str) -> str:
-    return "'" + value.replace("'", "'\"'\"'") + "'"
-
-
-def apply_script(url_or_path: str, sha256: str, *, ansible_core: str = ANSIBLE_CORE,
-                 pip_index_url: str | None = None) -> str:
-    """The shell script the cloud-config runs: fetch, check sha256, unpack, apply."""
-    pip_env = f"export PIP_INDEX_URL={_sh_quote(pip_index_url)}\n" if pip_index_url else ""
-    return textwrap.dedent(f"""\
-        #!/bin/sh
-        # Rendered by `provision bundle`: fetch the bundle, refuse it unless its sha256 matches,
-        # unpack it to {INSTALL_DIR}/bundle and converge this machine with it.
-        set -eu
-        source={_sh_quote(url_or_path)}
-        sha256={sha256}
-        base="${{PROVISIONER_BASE:-{INSTALL_DIR}}}"
-        umask 022
-        mkdir -p "$base"
-        part="$base/bundle.tar.gz.part"
-        case "$source" in
-          http://*|https://*) curl -fsSL --retry 5 --retry-delay 5 -o "$part" "$source" ;;
-          file://*) cp "${{source#file://}}" "$part" ;;
-          *) cp "$source" "$part" ;;
-        esac
-        if ! echo "$sha256  $part" | sha256sum -c --quiet -; then
-          echo "provision bundle: $source does not have sha256 $sha256; refusing to apply it" >&2
-          rm -f "$part"
-          exit 1
-        fi
-        mv "$part" "$base/bundle.tar.gz"
-        rm -rf "$base/bundle.new"
-        mkdir "$base/bundle.new"
-        tar -xzf "$base/bundle.tar.gz" -C "$base/bundle.new" --no-same-owner
-        rm -rf "$base/bundle"
-        mv "$base/bundle.new" "$base/bundle"
-        {pip_env}export PROVISIONER_ANSIBLE_VENV="$base/ansible"
-        if [ ! -x "$base/ansible/bin/ansible-playbook" ]; then
-          if ! dpkg -s python3-venv >/dev/null 2>&1; then  # Debian/Ubuntu ship venv apart from python3
-            apt-get update -q
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
-          fi
-          python3 -m venv "$base/ansible"
-          "$base/ansible/bin/pip" install -q --disable-pip-version-check {_sh_quote(ansible_core)}
-        fi
-        cd "$base/bundle"
-        ANSIBLE_CONFIG="$base/bundle/ansible.cfg" ANSIBLE_NOCOLOR=1 \\
-          "$base/ansible/bin/ansible-playbook" -i inventory local.yml
-        """)
+def apply_script(url_or_path: str, sha256: str, *, pip_index_url: str | None = None) -> str:
+    """The shell script the cloud-config runs: fetch, check sha256, unpack, then the
+    bundle's own apply.sh (which makes the ansible-core venv and converges)."""
+    return _template("fetch-and-apply.sh.j2", source=url_or_path, sha256=sha256, install_dir=INSTALL_DIR,
+                     pip_index_url=pip_index_url)
 
 
 class _LiteralDumper(yaml.SafeDumper):
@@ -302,8 +185,7 @@ _LiteralDumper.add_representer(
     str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
 
 
-def cloud_init(url_or_path: str, sha256: str | None = None, *, ansible_core: str = ANSIBLE_CORE,
-               pip_index_url: str | None = None) -> str:
+def cloud_init(url_or_path: str, sha256: str | None = None, *, pip_index_url: str | None = None) -> str:
     """A #cloud-config that applies the bundle at first boot.
 
     url_or_path: where the node gets the tarball (https://..., file://... or a path on
@@ -323,7 +205,7 @@ def cloud_init(url_or_path: str, sha256: str | None = None, *, ansible_core: str
             "path": "/usr/local/sbin/provision-apply-bundle",
             "owner": "root:root",
             "permissions": "0755",
-            "content": apply_script(url_or_path, sha256, ansible_core=ansible_core, pip_index_url=pip_index_url),
+            "content": apply_script(url_or_path, sha256, pip_index_url=pip_index_url),
         }],
         "runcmd": [["/usr/local/sbin/provision-apply-bundle"]],
     }

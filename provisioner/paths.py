@@ -14,14 +14,27 @@ TEMPLATES_DIR = _PACKAGE / "templates"  # the HTML report, the bundle's scripts 
 BUILTIN_PROFILES_DIR = _PACKAGE / "profiles"
 
 
+# The Ansible content is one collection, gpu_provisioner.node: roles, playbooks and our
+# modules (plugins/modules). The same folder serves a checkout (at the repository root),
+# the wheel (inside the package, see pyproject.toml) and `ansible-galaxy collection build`.
+NAMESPACE, COLLECTION = "gpu_provisioner", "node"
+FQCN = f"{NAMESPACE}.{COLLECTION}"
+_COLLECTION_DIR = Path("ansible_collections") / NAMESPACE / COLLECTION
+
+
 def ansible_root() -> Path:
-    # A wheel carries them as provisioner/ansible/{playbooks,roles} (see pyproject.toml);
-    # an editable install or a checkout has them at the repository root.
-    for root in (_PACKAGE / "ansible", _PACKAGE.parent):
+    """The collection's folder (galaxy.yml, playbooks/, roles/, plugins/)."""
+    for base in (_PACKAGE / "ansible", _PACKAGE.parent):
+        root = base / _COLLECTION_DIR
         if (root / "playbooks" / "site.yml").is_file() and (root / "roles").is_dir():
             return root
     raise ProvisionError("the playbooks and roles are missing from this installation",
                          where=str(_PACKAGE), fix="reinstall: pip install --force-reinstall gpu-provisioner")
+
+
+def collections_path() -> Path:
+    """The folder holding ansible_collections/: what Ansible's collections_path must name."""
+    return ansible_root().parents[2]
 
 
 def playbook(name: str) -> Path:

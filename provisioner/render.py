@@ -126,7 +126,7 @@ def ansible_cfg(out_dir: Path, forks: int) -> str:
 # Rendered by `provision render`. Use it with: ANSIBLE_CONFIG={out_dir}/ansible.cfg
 [defaults]
 inventory = {out_dir}/hosts.yml
-roles_path = {paths.roles_dir()}
+collections_path = {paths.collections_path()}:~/.ansible/collections:/usr/share/ansible/collections
 forks = {forks}
 gathering = smart
 fact_caching = jsonfile

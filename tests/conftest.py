@@ -8,6 +8,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+# The Ansible content: the collection gpu_provisioner.node (see provisioner/paths.py).
+COLLECTION = REPO / "ansible_collections" / "gpu_provisioner" / "node"
+ROLES, PLAYBOOKS, MODULES = COLLECTION / "roles", COLLECTION / "playbooks", COLLECTION / "plugins" / "modules"
 
 
 def _fixtures() -> Path:

@@ -14,7 +14,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from .conftest import REPO
+from .conftest import ROLES
 
 
 def _trust(value: Any) -> Any:
@@ -29,7 +29,7 @@ def _trust(value: Any) -> Any:
 
 class RoleRender:
     def __init__(self, role: str, overrides: dict[str, Any], facts: dict[str, Any] | None = None):
-        self.dir = REPO / "roles" / role
+        self.dir = ROLES / role
         defaults = yaml.safe_load((self.dir / "defaults" / "main.yml").read_text()) or {}
         derived = yaml.safe_load((self.dir / "vars" / "main.yml").read_text()) or {}
         os_vars = yaml.safe_load((self.dir / "vars" / "Ubuntu-22.yml").read_text()) or {}

@@ -1,6 +1,6 @@
 """The playbooks, roles and a rendered inventory run under plain ansible-runner exactly as
 AWX runs a job: a fresh private data dir, the playbook, an inventory source, nothing from
-this package's own runner (no ANSIBLE_ROLES_PATH, no extra vars: the profile travels in
+this package's own runner (no collections path of ours, no extra vars: the profile travels in
 the rendered group_vars). See docs/ecosystem.md.
 """
 
@@ -18,6 +18,8 @@ from provisioner import inventory as inventory_mod
 from provisioner import paths, profiles
 from provisioner.render import render
 
+from .conftest import REPO
+
 pytestmark = pytest.mark.ansible
 
 
@@ -29,18 +31,34 @@ def _rendered_inventory(tmp_path: Path, local_inventory: Path, profile: str = "d
 
 def _clean_env(monkeypatch) -> None:
     # AWX's execution environment knows nothing of ours.
-    for name in ("ANSIBLE_CONFIG", "ANSIBLE_ROLES_PATH", "ANSIBLE_INVENTORY"):
+    for name in ("ANSIBLE_CONFIG", "ANSIBLE_ROLES_PATH", "ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_INVENTORY"):
         monkeypatch.delenv(name, raising=False)
+    # Nor has it this package installed: an editable install puts the checkout on sys.path,
+    # where Ansible would find ansible_collections/ by itself.
+    monkeypatch.setenv("ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "false")
     # Its ansible-playbook is the one on PATH (an execution environment's); here, this venv's.
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+COLLECTION = paths.ansible_root().relative_to(paths.collections_path())
+
+
+def _project(private: Path) -> Path:
+    """A project checkout as AWX makes one: the repository's ansible_collections/ tree (the
+    rest of the repository plays no part)."""
+    project = private / "project"
+    shutil.copytree(paths.ansible_root(), project / COLLECTION, ignore=shutil.ignore_patterns("__pycache__"))
+    return project
 
 
 def test_preflight_runs_as_awx_would(tmp_path, local_inventory, monkeypatch):
     _clean_env(monkeypatch)
     inventory_dir = _rendered_inventory(tmp_path, local_inventory)
     private = tmp_path / "awx-job"
-    private.mkdir()
-    run = ansible_runner.run(private_data_dir=str(private), playbook=str(paths.playbook("preflight")),
+    project = _project(private)
+    shutil.copy(REPO / "ansible.cfg", project / "ansible.cfg")
+    run = ansible_runner.run(private_data_dir=str(private), project_dir=str(project),
+                             playbook=str(COLLECTION / "playbooks" / "preflight.yml"),
                              inventory=str(inventory_dir), quiet=True)
     assert run.status == "successful" and run.rc == 0, run.stdout.read()
     reported = [e["event_data"]["res"] for e in run.events
@@ -68,23 +86,23 @@ def test_group_vars_carry_the_profile(tmp_path, local_inventory, monkeypatch):
 
 
 def test_site_playbook_finds_its_roles_in_an_awx_project_checkout(tmp_path, local_inventory, monkeypatch):
-    """AWX runs from the project checkout (cwd = project root): the roles are found through a
-    project-root ansible.cfg with `roles_path = roles`, as docs/ecosystem.md says to add."""
+    """AWX runs from the project checkout (cwd = project root): the collection under
+    ansible_collections/ is found through the project-root ansible.cfg the repository ships
+    (`collections_path = .`, relative to that file), as docs/ecosystem.md says."""
     _clean_env(monkeypatch)
     inventory_dir = _rendered_inventory(tmp_path, local_inventory)
     private = tmp_path / "awx-job"
-    project = private / "project"
-    for top in ("playbooks", "roles"):
-        shutil.copytree(paths.ansible_root() / top, project / top, ignore=shutil.ignore_patterns("molecule", "__pycache__"))
+    project = _project(private)
+    playbook = str(COLLECTION / "playbooks" / "site.yml")
 
     def syntax_check():
         return ansible_runner.run(private_data_dir=str(private), project_dir=str(project),
-                                  playbook="playbooks/site.yml", inventory=str(inventory_dir),
+                                  playbook=playbook, inventory=str(inventory_dir),
                                   cmdline="--syntax-check", quiet=True)
 
     without = syntax_check()
-    assert without.rc != 0 and "the role 'common' was not found" in without.stdout.read()
+    assert without.rc != 0 and "gpu_provisioner.node.common" in without.stdout.read()
 
-    (project / "ansible.cfg").write_text("[defaults]\nroles_path = roles\n")
+    shutil.copy(REPO / "ansible.cfg", project / "ansible.cfg")
     run = syntax_check()
     assert run.rc == 0, run.stdout.read()

@@ -29,17 +29,21 @@ def _read(tar: tarfile.TarFile, name: str) -> str:
     return tar.extractfile(name).read().decode()
 
 
+C = "ansible_collections/gpu_provisioner/node"
+
+
 def test_entries(built):
     with tarfile.open(built) as tar:
         names = tar.getnames()
         for required in ("local.yml", "ansible.cfg", "apply.sh", "README.md", "BUNDLE.json", "profile.yml",
                          "inventory/hosts.ini", "inventory/group_vars/all/provisioner.yml",
-                         "playbooks/site.yml", "playbooks/verify.yml", "playbooks/preflight.yml",
-                         "roles/common/tasks/main.yml", "roles/common/defaults/main.yml"):
+                         *(f"{C}/{f}" for f in ("playbooks/site.yml", "playbooks/verify.yml", "playbooks/preflight.yml",
+                                                "roles/common/tasks/main.yml", "roles/common/defaults/main.yml",
+                                                "plugins/modules/provisioner_state.py", "galaxy.yml"))):
             assert required in names, required
         # Every role and playbook file the package ships, and nothing from test scaffolding.
-        shipped = {p.relative_to(paths.ansible_root()).as_posix()
-                   for top in ("playbooks", "roles") for p in (paths.ansible_root() / top).rglob("*")
+        shipped = {p.relative_to(paths.collections_path()).as_posix()
+                   for p in paths.ansible_root().rglob("*")
                    if p.is_file() and not {"molecule", "__pycache__"} & set(p.parts) and not p.name.startswith(".")}
         assert shipped <= set(names)
         assert not [n for n in names if "/molecule" in n or "__pycache__" in n or n.endswith(".pyc")]
@@ -60,8 +64,8 @@ def test_entries(built):
         assert profile["name"] == "lab-driver-only" and "extends" not in profile
         local = yaml.safe_load(_read(tar, "local.yml"))
         assert local == [{"name": "Converge this machine to the bundled profile.",
-                          "ansible.builtin.import_playbook": "playbooks/site.yml"}]
-        assert "roles_path = roles" in _read(tar, "ansible.cfg")
+                          "ansible.builtin.import_playbook": "gpu_provisioner.node.site"}]
+        assert "collections_path = .\n" in _read(tar, "ansible.cfg")
 
 
 def test_deterministic(built, tmp_path):
@@ -106,7 +110,7 @@ def test_cloud_init_snippet(built):
     assert config["runcmd"] == [[script["path"]]]
     body = script["content"]
     assert f"sha256={bundle.sha256_of(built)}" in body
-    assert "sha256sum -c" in body and "ansible-playbook\" -i inventory local.yml" in body
+    assert "sha256sum -c" in body and 'exec "$base/bundle/apply.sh"' in body
     r = subprocess.run(["sh", "-n"], input=body, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

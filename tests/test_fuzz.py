@@ -9,12 +9,15 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from provisioner import inventory, profiles, role_specs
 from provisioner.errors import ProvisionError
+
+pytestmark = pytest.mark.slow
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -7,19 +7,22 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO
 
 
+@pytest.mark.slow
 def test_wheel_ships_playbooks_roles_profiles_and_the_matrix(tmp_path: Path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
                    check=True, capture_output=True)
     wheel = next(tmp_path.glob("gpu_provisioner-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("provisioner/ansible/playbooks/site.yml", "provisioner/ansible/playbooks/verify.yml",
-                   "provisioner/ansible/playbooks/preflight.yml", "provisioner/ansible/playbooks/check.yml",
-                   "provisioner/ansible/playbooks/library/provisioner_state.py",
-                   "provisioner/ansible/roles/common/library/dpkg_lock.py",
-                   "provisioner/ansible/roles/common/tasks/main.yml",
+    c = "provisioner/ansible/ansible_collections/gpu_provisioner/node"
+    for needed in (f"{c}/playbooks/site.yml", f"{c}/playbooks/verify.yml", f"{c}/playbooks/preflight.yml",
+                   f"{c}/playbooks/check.yml", f"{c}/plugins/modules/provisioner_state.py",
+                   f"{c}/plugins/modules/dpkg_lock.py", f"{c}/roles/common/tasks/main.yml", f"{c}/galaxy.yml",
+                   f"{c}/meta/runtime.yml", "provisioner/templates/bundle/apply.sh.j2",
                    "provisioner/profiles/h100-train.yml", "provisioner/data/compat.yml", "provisioner/cli/__init__.py"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from .conftest import REPO
+from .conftest import REPO, ROLES
 from .rolerender import RoleRender, profile_vars
 
 INSTALLER = "/srv/mirror/Miniforge3-24.3.0-0-Linux-x86_64.sh"
@@ -98,7 +98,7 @@ def test_molecule_scenario_uses_the_debian12_lab_profile_as_rendered():
 
 def test_every_role_variable_is_documented_in_its_argument_spec():
     for role in ("python_env", "dcgm_exporter", "gpu_verify"):
-        base = REPO / "roles" / role
+        base = ROLES / role
         defaults = yaml.safe_load((base / "defaults" / "main.yml").read_text())
         spec = yaml.safe_load((base / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
         assert all(k.startswith(role + "_") for k in defaults), role
@@ -114,5 +114,5 @@ def test_rendered_role_vars_are_in_each_roles_api():
         for key in profile_vars(profile):
             for role in ("python_env", "dcgm_exporter", "gpu_verify"):
                 if key.startswith(role + "_"):
-                    spec = yaml.safe_load(Path(REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+                    spec = yaml.safe_load(Path(ROLES / role / "meta" / "argument_specs.yml").read_text())
                     assert key in spec["argument_specs"]["main"]["options"], (profile, key)

@@ -10,6 +10,8 @@ from provisioner.engine import commands
 from provisioner.reports.report import Report
 from provisioner.engine.runner import EventReader, PlaybookRun
 
+from .conftest import ROLES
+
 TASK = "nvidia_driver : Say that a reboot is needed to load NVIDIA module 535.309.01."
 
 
@@ -98,9 +100,8 @@ def test_the_no_reboot_message_names_the_module_and_why_lspci_saw_nothing():
     import yaml
     from ansible.template import trust_as_template
 
-    from .conftest import REPO
 
-    tasks = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/kernel.yml").read_text())
+    tasks = yaml.safe_load((ROLES / "nvidia_driver/tasks/kernel.yml").read_text())
     msg = next(t for t in tasks if t["name"].startswith("Say why"))["ansible.builtin.debug"]["msg"]
     r = _render(None, {"rc": 2, "msg": "[Errno 2] No such file or directory: b'lspci'", "stdout_lines": []})
     text = r.templar.template(trust_as_template(msg))

@@ -18,7 +18,7 @@ import yaml
 from provisioner import profiles
 from provisioner.render import role_vars
 
-from .conftest import REPO
+from .conftest import REPO, PLAYBOOKS, ROLES
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.ansible
@@ -87,18 +87,18 @@ def _env(tmp: Path) -> dict[str, str]:
     library = tmp / "library"
     library.mkdir(exist_ok=True)
     (library / "fake_facts.py").write_text(FAKE_FACTS_MODULE)
-    return dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_LIBRARY=str(library),
+    return dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_COLLECTIONS_PATH=str(REPO), ANSIBLE_LIBRARY=str(library),
                 ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
 
 
 def _compute(profile: str, tmp: Path, **overrides) -> tuple[dict, Path]:
     values = {**role_vars(profiles.load(profile)), **overrides}
-    values.update(roles_dir=str(REPO / "roles"), out_dir=str(tmp), fake_ubuntu_facts=UBUNTU_FACTS,
+    values.update(roles_dir=str(ROLES), out_dir=str(tmp), fake_ubuntu_facts=UBUNTU_FACTS,
                   ansible_connection="local",
                   ansible_python_interpreter=sys.executable)
     (tmp / "vars.yml").write_text(yaml.safe_dump(values))
     (tmp / "play.yml").write_text(PLAY)
-    (tmp / "nccl-defaults.yml").write_text((REPO / "roles" / "nccl" / "defaults" / "main.yml").read_text())
+    (tmp / "nccl-defaults.yml").write_text((ROLES / "nccl" / "defaults" / "main.yml").read_text())
     r = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp / "play.yml")],
                        capture_output=True, text=True, env=_env(tmp), timeout=300, cwd=tmp)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -156,10 +156,10 @@ def test_mirror_open_modules_cudnn9_and_branch_580(tmp_path):
 
 
 def test_playbooks_pass_syntax_check():
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_COLLECTIONS_PATH=str(REPO), ANSIBLE_NOCOLOR="1")
     for playbook in ("site.yml", "verify.yml", "preflight.yml", "check.yml"):
         r = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,",
-                            str(REPO / "playbooks" / playbook)], capture_output=True, text=True, env=env, timeout=120)
+                            str(PLAYBOOKS / playbook)], capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 0, playbook + r.stdout + r.stderr
 
 
@@ -186,6 +186,6 @@ def test_yamllint_clean():
     yamllint = BIN / "yamllint"
     if not yamllint.exists():
         pytest.fail("yamllint is not installed: pip install -e '.[dev]'")
-    r = subprocess.run([str(yamllint), "--strict", "roles", "playbooks", "molecule"], cwd=REPO,
+    r = subprocess.run([str(yamllint), "--strict", "ansible_collections", "molecule"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

@@ -12,7 +12,7 @@ from provisioner import profiles, role_specs
 from provisioner.cli import app
 from provisioner.render import role_vars
 
-from .conftest import REPO
+from .conftest import ROLES
 
 
 @pytest.mark.parametrize("name", profiles.builtin_names())
@@ -23,7 +23,7 @@ def test_every_builtin_profile_renders_variables_its_roles_accept(name):
 
 
 def test_every_role_has_argument_specs_and_the_check_knows_them():
-    roles = sorted(p.name for p in (REPO / "roles").iterdir() if p.is_dir())
+    roles = sorted(p.name for p in (ROLES).iterdir() if p.is_dir())
     assert sorted(role_specs.role_options()) == roles
 
 
@@ -55,7 +55,7 @@ def test_role_defaults_and_argument_specs_name_the_same_variables(role):
     # A default the spec lacks is refused when a user sets it; a spec default missing
     # from defaults/main.yml leaves the variable undefined (argument_specs does not set it).
     options = role_specs.role_options()[role]
-    path = REPO / "roles" / role / "defaults" / "main.yml"
+    path = ROLES / role / "defaults" / "main.yml"
     defaults = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
     assert sorted(set(defaults) - set(options)) == []
     assert sorted(n for n, spec in options.items() if "default" in spec and n not in defaults) == []

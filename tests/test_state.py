@@ -1,4 +1,4 @@
-"""The state record behind the fast drift check (playbooks/library/provisioner_state.py),
+"""The state record behind the fast drift check (plugins/modules/provisioner_state.py),
 run for real on this machine through Ansible (its packages, a file of ours), and the
 controller side that turns its findings into drift items and the `up` skip decision."""
 
@@ -15,7 +15,7 @@ import pytest
 from provisioner import profiles
 from provisioner.engine import commands, drift
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import MODULES
 BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.ansible
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.ansible
 def module(args: dict, check: bool = False) -> dict:
     cmd = [str(BIN / "ansible"), "localhost", "-c", "local", "-m", "provisioner_state", "-a", json.dumps(args),
            "-e", f"ansible_python_interpreter={sys.executable}", "-o"] + (["--check"] if check else [])
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "playbooks" / "library"), ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(MODULES), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
     return json.loads(out[out.index("{"):])
@@ -68,7 +68,7 @@ def test_compare_without_a_record_says_so(tmp_path: Path):
 def _load_module():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("provisioner_state", REPO / "playbooks/library/provisioner_state.py")
+    spec = importlib.util.spec_from_file_location("provisioner_state", MODULES / "provisioner_state.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

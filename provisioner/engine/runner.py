@@ -154,7 +154,6 @@ def run_playbook(
         inventory=str(inventory_dir / "hosts.yml"),
         envvars={
             "ANSIBLE_CONFIG": str(inventory_dir / "ansible.cfg"),
-            "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
             "ANSIBLE_NOCOLOR": "1",
             # ansible-runner turns host key checking off unless told otherwise; ours stays on
             # (the rendered ansible.cfg says so) unless the user's own environment says no.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from ..conftest import REPO, ROLES
 BIN = Path(sys.executable).parent
 HOST = "molecule-nvidia"
 
@@ -49,7 +49,7 @@ def _check_mode(tmp: Path) -> list[str]:
     names of the tasks that reported changed."""
     inventory = tmp / "hosts.ini"
     inventory.write_text(f"{HOST} ansible_connection=containers.podman.podman ansible_python_interpreter=/usr/bin/python3\n")
-    env = dict(_env(), ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+    env = dict(_env(), ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_COLLECTIONS_PATH=str(REPO), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "--check",
                         str(REPO / "molecule" / "nvidia" / "converge.yml")],
