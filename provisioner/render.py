@@ -74,14 +74,7 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_collectors": exporter.collectors,
         "dcgm_exporter_run_as": exporter.run_as,
         "dcgm_exporter_cuda_major": int(p.cuda.default.split(".")[0]),
-        "gpu_verify_gpu_count": p.hardware.gpu.count,
-        "gpu_verify_gpu_model": p.hardware.gpu.model or "",
-        "gpu_verify_gpu_memory_gib": p.hardware.gpu.memory_gib or 0,
-        "gpu_verify_driver_version": p.driver.version,
-        "gpu_verify_cuda_version": p.cuda.default,
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
-        "gpu_verify_nccl_min_busbw_gbps": p.verify.nccl_min_busbw_gbps or 0,
-        "gpu_verify_require_persistence_mode": p.verify.require_persistence_mode,
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
     }
     if env.enabled:
@@ -115,7 +108,6 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_binary": exporter.binary,
         "dcgm_exporter_binary_sha256": exporter.binary_sha256,
         "provisioner_download_base_url": m.download_base_url,
-        "gpu_verify_require_ecc": p.verify.require_ecc,
     }
     out.update({k: v for k, v in optional.items() if v is not None})
     return out
