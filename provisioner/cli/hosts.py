@@ -76,22 +76,21 @@ def show(report, as_json: bool, junit: Path | None, html: Path | None = None) ->
         s.say(f"junit: {junit_mod.write(report, junit)}", to_err=as_json)
 
 
-@app.command("preflight")
-@friendly
-def preflight(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-              as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
-              max_fail: MaxFail = None, junit: Junit = None) -> None:
-    """Read-only: check the hosts' hardware and OS against the profile."""
-    talk_to_hosts("preflight", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+def _read_only_command(command: str, doc: str) -> None:
+    """preflight and verify: the same options, only the playbook differs."""
+
+    @friendly
+    def handler(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+                as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
+                max_fail: MaxFail = None, junit: Junit = None) -> None:
+        talk_to_hosts(command, profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+
+    handler.__doc__ = doc
+    app.command(command)(handler)
 
 
-@app.command("verify")
-@friendly
-def verify(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-           as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
-           max_fail: MaxFail = None, junit: Junit = None) -> None:
-    """Verify the hosts against the profile (nvidia-smi and friends); changes nothing."""
-    talk_to_hosts("verify", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+_read_only_command("preflight", "Read-only: check the hosts' hardware and OS against the profile.")
+_read_only_command("verify", "Verify the hosts against the profile (nvidia-smi and friends); changes nothing.")
 
 
 @app.command("up")
