@@ -39,7 +39,7 @@ def render(
     _warn_dropped(s, target)
     for path in render_dir(target.loaded, target.inventory, output, forks):
         s.say(str(path))
-    s.say(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.playbook('site')}")
+    s.say(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.FQCN}.site")
 
 
 def talk_to_hosts(command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
