@@ -6,6 +6,7 @@ import yaml
 from typer.testing import CliRunner
 
 from provisioner.cli import app
+from provisioner.errors import ProvisionError
 
 from .conftest import REPO
 
@@ -59,7 +60,9 @@ def test_unknown_profile_is_one_clear_line_and_debug_shows_the_traceback():
     assert result.exit_code == 1
     assert "error: unknown profile 'nope'" in result.output and "fix: use one of" in result.output
     debug = runner.invoke(app, ["--debug", "render", "-p", "nope", EXAMPLE, "-o", "/tmp/never"])
-    assert debug.exit_code == 1 and debug.exception is not None  # raised, for a traceback
+    # Raised (for a traceback), not turned into the one-line message.
+    assert debug.exit_code == 1 and isinstance(debug.exception, ProvisionError), repr(debug.exception)
+    assert "error: unknown profile" not in debug.output
 
 
 def test_missing_inventory_file(tmp_path: Path):

@@ -1,6 +1,7 @@
 """The Typer application, its context object and the one place errors become messages.
 
-Every command receives the `Session` (ctx.obj): the consoles and the --debug flag. Errors
+Every command takes the Typer context first and reads the `Session` from it (ctx.obj):
+the consoles and the --debug flag. Errors
 a person can fix arrive as ProvisionError and are printed once, as one message with the
 fix, exit code 1; --debug shows the traceback too.
 """
@@ -11,7 +12,6 @@ import functools
 from dataclasses import dataclass, field
 from typing import Annotated, Callable, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -35,24 +35,23 @@ class Session:
         (self.err if to_err else self.out).print(message, highlight=False, soft_wrap=True)
 
 
-def session() -> Session:
-    """The current command's Session (a default one outside a CLI call, e.g. in tests)."""
-    ctx = click.get_current_context(silent=True)
-    root = ctx.find_root() if ctx else None
-    if root is not None and not isinstance(root.obj, Session):
+def session(ctx: typer.Context) -> Session:
+    """The command's Session, made by the app's callback (every command takes `ctx`)."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, Session):
         root.obj = Session()
-    return root.obj if root is not None else Session()
+    return root.obj
 
 
 def friendly(fn: Callable) -> Callable:
     """Turn ProvisionError into one clear message and exit 1 (a traceback only with --debug)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(ctx: typer.Context, *args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            return fn(ctx, *args, **kwargs)
         except ProvisionError as exc:
-            s = session()
+            s = session(ctx)
             if s.debug:
                 raise
             s.err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

@@ -16,6 +16,7 @@ from provisioner.cli.options import InventoryArg, Json, Junit, Profile
 @app.command()
 @friendly
 def monitoring(
+    ctx: typer.Context,
     profile: Profile,
     inventory: InventoryArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write prometheus/ and grafana/ into.")],
@@ -24,7 +25,7 @@ def monitoring(
     from provisioner.engine import commands
     from provisioner.reports import monitoring as monitoring_mod
 
-    s = session()
+    s = session(ctx)
     target = commands.prepare(profile, inventory)
     result = monitoring_mod.render(target.loaded, target.inventory, output)
     for warning in result.warnings:
@@ -40,6 +41,7 @@ def monitoring(
 @app.command("report")
 @friendly
 def report_command(
+    ctx: typer.Context,
     run_dir: Annotated[Path, typer.Argument(help="A run folder (printed as `run record:` at the end of a run).")],
     html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as one self-contained "
                                                  "HTML page to this file.")] = None,
@@ -49,12 +51,13 @@ def report_command(
     """Show a past run's report again (from its report.json); --html writes it as a web page."""
     from provisioner.reports import report
 
-    show(report.load(run_dir), as_json, junit, html)
+    show(session(ctx), report.load(run_dir), as_json, junit, html)
 
 
 @app.command()
 @friendly
 def bundle(
+    ctx: typer.Context,
     profile: Profile,
     output: Annotated[Path, typer.Option("--output", "-o", help="The tarball to write.")] = Path("bundle.tar.gz"),
     cloud_init_url: Annotated[Optional[str], typer.Option(
@@ -65,7 +68,7 @@ def bundle(
     from provisioner import bundle as bundle_mod
     from provisioner import profiles
 
-    s = session()
+    s = session(ctx)
     loaded = profiles.load(profile)
     for warning in bundle_mod.warnings_for(loaded):
         s.warn(warning)

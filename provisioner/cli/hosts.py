@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 
 from provisioner.cli.app import Session, app, friendly, session
-from provisioner.cli.options import (DEFAULT_RUNS_DIR, Batch, Fleet, Forks, InventoryArg, Json, Junit, Limit, MaxFail,
-                                     Output, Profile, RunsDir)
+from provisioner.cli.options import (DEFAULT_RUNS_DIR, AskBecomePass, Batch, BecomeMethod, BecomePasswordFile, Fleet,
+                                     Forks, InventoryArg, Json, Junit, Limit, MaxFail, Output, Profile, RunsDir)
 
 
 def _warn_dropped(s: Session, target) -> None:
@@ -24,6 +24,7 @@ def _warn_dropped(s: Session, target) -> None:
 @app.command()
 @friendly
 def render(
+    ctx: typer.Context,
     profile: Profile,
     inventory: InventoryArg,
     output: Output,
@@ -34,7 +35,7 @@ def render(
     from provisioner.engine import commands
     from provisioner.render import render as render_dir
 
-    s = session()
+    s = session(ctx)
     target = commands.prepare(profile, inventory)
     _warn_dropped(s, target)
     for path in render_dir(target.loaded, target.inventory, output, forks):
@@ -42,26 +43,26 @@ def render(
     s.say(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.FQCN}.site")
 
 
-def talk_to_hosts(command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
+def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
     """Validate, run `command` on the hosts with live progress, show the report, exit with its code."""
     from provisioner.engine import commands
     from provisioner.engine.progress import Progress
 
-    s = session()
     target = commands.prepare(profile, inventory)  # everything validated before any host is touched
     _warn_dropped(s, target)
+    become = fleet.become.prompted()
     with Progress(s.err if fleet.as_json else s.out) as progress:
         report = commands.execute(command, target, runs_dir=fleet.runs_dir, limit=fleet.limit, forks=fleet.forks,
-                                  batch=fleet.batch, max_fail=fleet.max_fail, hook=progress, **options)
-    show(report, fleet.as_json, fleet.junit)
+                                  batch=fleet.batch, max_fail=fleet.max_fail, hook=progress, become=become,
+                                  **options)
+    show(s, report, fleet.as_json, fleet.junit)
     raise typer.Exit(report.exit_code)
 
 
-def show(report, as_json: bool, junit: Path | None, html: Path | None = None) -> None:
+def show(s: Session, report, as_json: bool, junit: Path | None, html: Path | None = None) -> None:
     """The report as a table (or JSON on stdout), and the files asked for beside it."""
     from provisioner.reports.table import render_table
 
-    s = session()
     if as_json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:
@@ -80,10 +81,13 @@ def _read_only_command(command: str, doc: str) -> None:
     """preflight and verify: the same options, only the playbook differs."""
 
     @friendly
-    def handler(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-                as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
-                max_fail: MaxFail = None, junit: Junit = None) -> None:
-        talk_to_hosts(command, profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+    def handler(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None,
+                forks: Forks = None, as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
+                max_fail: MaxFail = None, junit: Junit = None, ask_become_pass: AskBecomePass = False,
+                become_password_file: BecomePasswordFile = None, become_method: BecomeMethod = "sudo") -> None:
+        talk_to_hosts(session(ctx), command, profile, inventory, Fleet.of(
+            limit, forks, as_json, runs_dir, batch, max_fail, junit, ask_become_pass=ask_become_pass,
+            become_password_file=become_password_file, become_method=become_method))
 
     handler.__doc__ = doc
     app.command(command)(handler)
@@ -95,32 +99,36 @@ _read_only_command("verify", "Verify the hosts against the profile (nvidia-smi a
 
 @app.command("up")
 @friendly
-def up(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
-       runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None, junit: Junit = None,
+def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+       as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None, junit: Junit = None,
        full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
                                                          "as its last converge with this profile left it.")] = False,
-       ) -> None:
+       ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
+       become_method: BecomeMethod = "sudo") -> None:
     """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
 
     A host already in the state its last converge with this profile recorded is not converged again.
 
     --full converges it anyway; verify runs on every host."""
-    talk_to_hosts("up", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit),
-                  full=full)
+    talk_to_hosts(session(ctx), "up", profile, inventory, Fleet.of(
+        limit, forks, as_json, runs_dir, batch, max_fail, junit, ask_become_pass=ask_become_pass,
+        become_password_file=become_password_file, become_method=become_method), full=full)
 
 
 @app.command("check")
 @friendly
-def check(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
-          runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
+def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+          as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
           junit: Junit = None,
           deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
                                                             "(slower; also sees what a changed profile would do).")] = False,
-          ) -> None:
+          ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
+          become_method: BecomeMethod = "sudo") -> None:
     """Drift: compare each host with the state recorded at its last converge; changes nothing.
 
     Names every managed package, hold, file and unit that moved since, and the profile's change.
 
     --deep runs the converge in check mode with diffs instead (slower)."""
-    talk_to_hosts("check", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit),
-                  deep=deep)
+    talk_to_hosts(session(ctx), "check", profile, inventory, Fleet.of(
+        limit, forks, as_json, runs_dir, batch, max_fail, junit, ask_become_pass=ask_become_pass,
+        become_password_file=become_password_file, become_method=become_method), deep=deep)

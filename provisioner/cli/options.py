@@ -1,19 +1,20 @@
 """Options that several commands share, and the fleet options gathered into one object.
 
 Every command that talks to hosts takes the same fleet options (--limit, --forks, --json,
---runs-dir, --batch, --max-fail, --junit); `Fleet` carries them, validated, from the
-command to the engine instead of a list of positional parameters.
+--runs-dir, --batch, --max-fail, --junit, and how to become root); `Fleet` carries them,
+validated, from the command to the engine instead of a list of positional parameters.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from provisioner.engine.runner import Become
 from provisioner.errors import ProvisionError
 
 Profile = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name or path to a profile file.")]
@@ -29,6 +30,12 @@ MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the 
 Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write the report as JUnit XML to this file "
                                                "(one testcase per host per check, for CI).")]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Folder to write into.")]
+AskBecomePass = Annotated[bool, typer.Option("--ask-become-pass", "-K", help="Ask for the password the plays' "
+                                             "become (sudo) needs; it is kept in memory only.")]
+BecomePasswordFile = Annotated[Optional[Path], typer.Option(
+    "--become-password-file", help="A file holding the become password (for cron and CI; keep it owner-only).")]
+BecomeMethod = Annotated[str, typer.Option("--become-method", help="How the plays gain root: sudo, su, doas, ...")]
+BECOME_METHODS = ("sudo", "su", "doas", "pbrun", "pfexec", "dzdo", "ksu", "runas", "machinectl", "sesu")
 DEFAULT_RUNS_DIR = Path("provision-runs")
 
 
@@ -43,11 +50,35 @@ class Fleet:
     batch: str | None = None
     max_fail: int | None = None
     junit: Path | None = None
+    become: Become = field(default_factory=Become)
 
     @classmethod
     def of(cls, limit: str | None, forks: int | None, as_json: bool, runs_dir: Path, batch: str | None,
-           max_fail: str | None, junit: Path | None) -> Fleet:
-        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit)
+           max_fail: str | None, junit: Path | None, *, ask_become_pass: bool = False,
+           become_password_file: Path | None = None, become_method: str = "sudo") -> Fleet:
+        become = parse_become(ask_become_pass, become_password_file, become_method)
+        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit, become)
+
+
+def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:
+    """The become settings, checked before any host is touched (the prompt for the
+    password comes later, once the profile and inventory are known to be good)."""
+    if method not in BECOME_METHODS:
+        raise ProvisionError(f"--become-method {method!r} is not a become method Ansible ships", where="--become-method",
+                             fix=f"use one of: {', '.join(BECOME_METHODS)}")
+    if ask and password_file is not None:
+        raise ProvisionError("--ask-become-pass and --become-password-file both give the become password",
+                             where="--ask-become-pass", fix="use one of them")
+    if password_file is not None:
+        path = password_file.expanduser()
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as exc:
+            raise ProvisionError(f"cannot read the become password file: {exc.strerror}", where=str(path),
+                                 fix="create it (owner-only, the password on one line) or use --ask-become-pass") from None
+        return Become(method, path.resolve())
+    return Become(method, ask=ask)
 
 
 def parse_batch(value: str | None) -> str | None:

@@ -30,12 +30,13 @@ def profiles_list(ctx: typer.Context) -> None:
         p = profiles.load(name).profile
         gpus = f"{p.hardware.gpu.count}x {p.hardware.gpu.model}" if p.expects_gpu else "none"
         table.add_row(name, gpus, ", ".join(p.cuda.toolkits), f"{p.driver.version} ({p.driver.source})", p.description)
-    session().out.print(table)
+    session(ctx).out.print(table)
 
 
 @profiles_app.command("show")
 @friendly
-def profiles_show(ref: Annotated[str, typer.Argument(help="A built-in name or a path to a profile file.")]) -> None:
+def profiles_show(ctx: typer.Context,
+                  ref: Annotated[str, typer.Argument(help="A built-in name or a path to a profile file.")]) -> None:
     """Print the fully resolved profile (extends applied, defaults filled in) as YAML."""
     from provisioner import profiles
 
@@ -46,11 +47,12 @@ def profiles_show(ref: Annotated[str, typer.Argument(help="A built-in name or a 
 
 
 @profiles_app.command("validate")
-def profiles_validate(paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")]) -> None:
+def profiles_validate(ctx: typer.Context,
+                      paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")]) -> None:
     """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid."""
     from provisioner import profiles
 
-    s, bad = session(), 0
+    s, bad = session(ctx), 0
     for ref in paths:
         try:
             loaded = profiles.load(ref)

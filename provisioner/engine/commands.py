@@ -24,7 +24,7 @@ from provisioner.judge.checks import failed, passed
 from provisioner.render import render
 from provisioner.reports.report import HostReport, Report
 from provisioner.engine import drift
-from provisioner.engine.runner import EventHook, PlaybookRun, run_playbook
+from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
 
 Command = Literal["preflight", "up", "check", "verify"]
 STEPS: dict[str, tuple[str, ...]] = {
@@ -142,6 +142,7 @@ def execute(
     hook: EventHook | None = None,
     deep: bool = False,
     full: bool = False,
+    become: Become | None = None,
 ) -> Report:
     """Run `command`'s playbooks in order; a host that fails a step is left out of the next.
 
@@ -151,19 +152,20 @@ def execute(
 
     batch: how many hosts (N or P%) converge at once (the plays' `serial`); max_fail:
     the percentage of a batch that may fail before the remaining batches are abandoned
-    (default: never, so one bad host never stops the others)."""
+    (default: never, so one bad host never stops the others). become: how the plays gain
+    root (method, and the password file or typed password); default sudo with no password."""
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
     try:
         steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
-        return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full)
+        return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full, become)
     finally:
         os.umask(old_umask)
 
 
 def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir: Path, limit: str | None,
              forks: int | None, batch: str | None, max_fail: int | None, hook: EventHook | None,
-             full: bool) -> Report:
+             full: bool, become: Become | None) -> Report:
     loaded = target.loaded
     extravars: dict[str, object] = {}
     if batch:
@@ -187,7 +189,7 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
                 continue  # no host left for this step
             playbook = {"deep-check": "site"}.get(step, step)
             run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
-                               check=step == "deep-check", extravars=extravars, hook=hook)
+                               check=step == "deep-check", extravars=extravars, hook=hook, become=become)
             _fold(report, step, run, target)
             if step == "preflight" and command == "up" and not full:
                 in_sync = _skip_converged(report, run, target)

@@ -10,13 +10,49 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from provisioner import paths
 
 EventHook = Callable[[dict[str, Any]], None]
+
+# The prompt ansible-playbook shows for --ask-become-pass, as ansible-runner's expect sees it.
+BECOME_PROMPT = r"^BECOME password.*:\s*?$"
+
+
+@dataclass(frozen=True)
+class Become:
+    """How the plays gain root on the hosts (they all run with `become: true`).
+
+    The password never touches disk here: a file the user keeps is named to Ansible
+    (--become-password-file), and a typed one goes to ansible-runner's prompt answerer in
+    memory only (never its env/passwords file)."""
+
+    method: str = "sudo"
+    password_file: Path | None = None
+    password: str | None = field(default=None, repr=False)
+    ask: bool = False  # prompt for the password (once, before the first playbook)
+
+    def prompted(self) -> Become:
+        """This, with the password typed in when it is to be asked for."""
+        if not self.ask or self.password is not None:
+            return self
+        import getpass
+
+        return replace(self, password=getpass.getpass(f"BECOME password ({self.method}): "))
+
+    def cmdline(self) -> list[str]:
+        args = ["--become-method", self.method]
+        if self.password_file is not None:
+            args += ["--become-password-file", str(self.password_file)]
+        elif self.password is not None:
+            args.append("--ask-become-pass")
+        return args
+
+    def expect(self) -> dict[str, str]:
+        return {BECOME_PROMPT: self.password} if self.password is not None and self.password_file is None else {}
 
 
 @dataclass
@@ -142,11 +178,15 @@ def run_playbook(
     check: bool = False,
     extravars: dict[str, Any] | None = None,
     hook: EventHook | None = None,
+    become: Become | None = None,
 ) -> PlaybookRun:
+    import shlex
+
     import ansible_runner  # heavy; only commands that talk to hosts pay for it
 
     reader = EventReader(hook)
-    cmdline = "--check --diff" if check else None
+    become = become or Become()
+    cmdline = shlex.join((["--check", "--diff"] if check else []) + become.cmdline())
     runner = ansible_runner.run(
         private_data_dir=str(record_dir),
         ident=name,
@@ -162,6 +202,7 @@ def run_playbook(
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },
         cmdline=cmdline,
+        passwords=become.expect() or None,
         extravars=extravars or {},
         limit=limit,
         forks=forks,

@@ -32,6 +32,10 @@ INVENTORY_NAME = "hosts.ini"
 KNOWN_HOSTS_NAME = "known_hosts"
 STATE_NAME = "lab.json"
 PROXY_DROPIN = "/etc/apt/apt.conf.d/00provisioner-lab-proxy"
+# The lab logs in as this user and becomes root through sudo, as users do on a cloud image
+# (passwordless sudo there too); root's own login is not set up.
+USER = "provision"
+SUDOERS = f"/etc/sudoers.d/90-provisioner-lab-{USER}"
 
 
 @dataclass
@@ -215,14 +219,19 @@ def _wait_for_systemd(wanted: list[str], deadline: float, timeout: float, progre
 
 
 def _give_access(name: str, proxy: str | None, key: Path) -> str:
-    """Point the host's apt at the lab cache (or not), authorize the lab key for root,
-    and return the host's ed25519 public key for known_hosts."""
+    """Point the host's apt at the lab cache (or not), make the sudo user with the lab key
+    authorized, and return the host's ed25519 public key for known_hosts."""
     if proxy:
         podman.exec_sh(name, f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {PROXY_DROPIN}")
     else:
         podman.exec_sh(name, f"rm -f {PROXY_DROPIN}")
     pubkey = key.with_suffix(".pub").read_text().strip()
-    podman.exec_sh(name, "umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/authorized_keys", input=pubkey + "\n")
+    podman.exec_sh(name, f"id -u {USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {USER}; "
+                         f"printf '%s ALL=(ALL:ALL) NOPASSWD: ALL\\n' {USER} > {SUDOERS}.tmp && chmod 0440 {SUDOERS}.tmp "
+                         f"&& visudo -cqf {SUDOERS}.tmp && mv {SUDOERS}.tmp {SUDOERS}; "
+                         f"install -d -m 0700 -o {USER} -g {USER} /home/{USER}/.ssh")
+    podman.exec_sh(name, f"umask 077 && cat > /home/{USER}/.ssh/authorized_keys && chown {USER}: /home/{USER}/.ssh/authorized_keys",
+                   input=pubkey + "\n")
     r = podman.exec_sh(name, "for i in $(seq 100); do [ -s /etc/ssh/ssh_host_ed25519_key.pub ] && break; sleep 0.1; "
                              "done; cat /etc/ssh/ssh_host_ed25519_key.pub")
     return " ".join(r.stdout.split()[:2])
@@ -249,7 +258,7 @@ def _write_inventory(workdir: Path, prefix: str, wanted: list[str], ips: dict[st
         *(f"{n} ansible_host={ips[n]}" for n in wanted),
         "",
         f"[{GROUP}:vars]",
-        "ansible_user=root",
+        f"ansible_user={USER}",
         f"ansible_ssh_private_key_file={_ini_quote(str(key))}",
         f"ansible_ssh_common_args={_ini_quote(ssh_args, force=True)}",
         "ansible_python_interpreter=/usr/bin/python3",
@@ -280,7 +289,7 @@ def _wait_for_ssh(wanted: list[str], ips: dict[str, str], key: Path, ssh_args: s
                                  fix=f"podman exec {waiting[0]} systemctl status ssh")
         time.sleep(0.2)
     procs = {n: subprocess.Popen(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                                  *ssh_args.split(), f"root@{ips[n]}", "true"],
+                                  *ssh_args.split(), f"{USER}@{ips[n]}", "sudo -n true"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in wanted}
     for n, p in procs.items():
         _, err = p.communicate(timeout=60)

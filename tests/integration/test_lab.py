@@ -100,6 +100,7 @@ def test_a_systemd_unit_created_by_ansible_starts(lab, tmp_path):
     play.write_text("""\
 - name: Create and start a test unit.
   hosts: all
+  become: true
   gather_facts: false
   tasks:
     - name: Write the unit.
