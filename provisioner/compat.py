@@ -59,6 +59,13 @@ def max_cuda_for_driver(driver: str) -> str | None:
     return max(fits, key=version) if fits else None
 
 
+def driver_cuda_major(driver: str) -> int | None:
+    """The CUDA major the driver itself provides (its libcuda): what DCGM's -cudaNN flavour
+    must follow, whatever toolkit the profile installs (R535 -> 12, R580 -> 13)."""
+    newest = max_cuda_for_driver(driver)
+    return int(newest.split(".")[0]) if newest else None
+
+
 def torch_series(torch_version: str) -> str:
     return ".".join(torch_version.split(".")[:2])
 

@@ -73,7 +73,8 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_port": exporter.port,
         "dcgm_exporter_collectors": exporter.collectors,
         "dcgm_exporter_run_as": exporter.run_as,
-        "dcgm_exporter_cuda_major": int(p.cuda.default.split(".")[0]),
+        # DCGM's -cudaNN package follows the driver's CUDA, not the toolkit's (l40s: CUDA 11.8 on R535 -> 12).
+        "dcgm_exporter_cuda_major": compat.driver_cuda_major(p.driver.version) or int(p.cuda.default.split(".")[0]),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
     }
