@@ -28,8 +28,29 @@ DRIVER = profiles.load(PROFILE).profile.driver.version
 
 @pytest.fixture(scope="module")
 def lab_hosts(tmp_path_factory):
+    """Three fresh lab hosts, shared by the module: the fleet test needs them never converged
+    (it runs first), the others take them through `converged_lab`."""
     with labtools.lab_hosts(3, "up", tmp_path_factory) as result:
         yield result
+
+
+@pytest.fixture
+def converged_lab(lab_hosts, tmp_path_factory):
+    """The module's hosts running and converged with PROFILE, whatever the tests before left:
+    stopped hosts are started again (`lab up` rewrites the inventory), then `provision up`
+    (`limit`: just those hosts). On hosts already in their recorded state that is preflight
+    and verify only (the converge is skipped); on fresh, drifted or cut-off hosts it is a
+    real converge, so a test run alone gets the same start as after the fleet test."""
+    from provisioner import lab
+
+    def converge(limit: str | None = None):
+        result = lab.up(3, lab_hosts.prefix, lab_hosts.inventory.parent)
+        options = {"limit": limit} if limit else {}
+        report = run("up", result.inventory, tmp_path_factory.mktemp("converge"), **options)
+        assert report.exit_code == 0, report.as_dict()
+        return result
+
+    return converge
 
 
 def run(command: str, inventory: Path, runs: Path, **options):
@@ -87,7 +108,8 @@ def test_fleet_with_hosts_lost_before_and_during_the_run_converges_the_rest(lab_
     assert podman("exec", lost, "dpkg", "--audit").stdout == ""
 
 
-def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts, tmp_path: Path):
+def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_lab, tmp_path: Path):
+    lab_hosts = converged_lab()
     inventory = lab_hosts.inventory
     # A full converge of hosts already converged: every task runs, none changes anything.
     full = run("up", inventory, tmp_path, full=True)
@@ -178,9 +200,10 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(lab_hosts,
     assert run("check", inventory, tmp_path).exit_code == 0
 
 
-def test_up_finishes_a_dpkg_run_that_was_cut_off(lab_hosts, tmp_path: Path):
+def test_up_finishes_a_dpkg_run_that_was_cut_off(lab_hosts, converged_lab, tmp_path: Path):
     """A package left unpacked but not configured (what a killed apt leaves) is repaired first."""
     host = lab_hosts.hosts[1].name
+    converged_lab(limit=host)
     cut = podman("exec", host, "sh", "-c",
                  "cd /tmp && apt-get download -q hello >/dev/null && dpkg --unpack hello_*.deb >/dev/null && dpkg --audit")
     assert "hello" in cut.stdout, cut.stderr
