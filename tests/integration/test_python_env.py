@@ -1,8 +1,9 @@
 """Molecule scenario molecule/python_env: common + python_env (venv, CPU torch from the
 controller's wheelhouse) + dcgm_exporter (rendered unit/collectors/user, a stand-in
-binary) converge, are idempotent, and verify.yml asserts the real state; then gpu_verify
-runs on the host (nvidia-smi missing, then installed: exit 9 as data) and a Miniforge
-installer with a wrong sha256 is refused for real.
+binary) converge, are idempotent, and verify.yml (read-only) asserts the real state; then,
+on the same instance, python_env_side_effect.yml (beside this file) runs gpu_verify on the
+host (nvidia-smi missing, then installed: exit 9 as data) and has a Miniforge installer and
+a dcgm-exporter binary with a wrong sha256 refused for real.
 
     sudo .venv/bin/pytest -m molecule tests/integration/test_python_env.py   # ~6-8 min
 
@@ -42,29 +43,58 @@ def _skip_reason() -> str | None:
 _reason = _skip_reason()
 
 
+SCENARIO = REPO / "molecule" / "python_env"
+SIDE_EFFECT = Path(__file__).resolve().with_name("python_env_side_effect.yml")
+
+
 @pytest.mark.molecule
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")
-def test_molecule_python_env_scenario_passes():
+def test_molecule_python_env_scenario_passes(tmp_path: Path):
     from provisioner import lab
     from provisioner.lab import aptcache
 
     cache_was_running = aptcache.running_pid() is not None
+    # Our own ephemeral directory: Molecule's inventory and ansible.cfg for the instance are
+    # there, and the side-effect playbook runs with them after `molecule test`.
+    ephemeral = tmp_path / "molecule"
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_NOCOLOR="1", PROVISIONER_WHEELHOUSE=str(WHEELHOUSE), ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer")
+               ANSIBLE_NOCOLOR="1", PROVISIONER_WHEELHOUSE=str(WHEELHOUSE), ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer",
+               MOLECULE_EPHEMERAL_DIRECTORY=str(ephemeral))
+
+    def molecule(*args: str, timeout: int = 2400) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "molecule"), *args], cwd=REPO, capture_output=True, text=True, env=env,
+                              timeout=timeout)
+
     start = time.monotonic()
     try:
-        r = subprocess.run([str(BIN / "molecule"), "test", "-s", "python_env"], cwd=REPO, capture_output=True,
-                           text=True, env=env, timeout=2400)
+        molecule("destroy", "-s", "python_env", timeout=600)  # whatever an earlier, killed run left
+        # converge, idempotence, verify (read-only); the instance is kept for the side effects.
+        r = molecule("test", "-s", "python_env", "--destroy", "never")
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, _fatals(out)
+        # One "Playbook run took" line per playbook: create, converge, idempotence, verify.
+        took = re.findall(r"Playbook run took [^\n]*", out)
+        # converge then idempotence: the second converge changed nothing on the host
+        recaps = re.findall(r"molecule-pyenv\s+: ok=\d+\s+changed=(\d+)", out)
+        assert len(recaps) >= 3 and recaps[1] == "0", recaps
+        # verify changed nothing either
+        assert recaps[2] == "0", recaps
+
+        side_env = dict(env, ANSIBLE_CONFIG=str(ephemeral / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO),
+                        MOLECULE_SCENARIO_DIRECTORY=str(SCENARIO), MOLECULE_PROJECT_DIRECTORY=str(REPO))
+        side = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(ephemeral / "inventory"), str(SIDE_EFFECT)],
+                              cwd=REPO, capture_output=True, text=True, env=side_env, timeout=1800)
+        side_out = side.stdout + side.stderr
+        assert side.returncode == 0, _fatals(side_out)
+        took += re.findall(r"Playbook run took [^\n]*", side_out)
     finally:
+        molecule("destroy", "-s", "python_env", timeout=600)
         # The scenario starts the lab's apt cache; stop it again unless a lab (or someone) had it running.
         if not cache_was_running and not lab.status(None):
             aptcache.stop()
-    out = r.stdout + r.stderr
+    print(f"molecule test -s python_env + side effects: {time.monotonic() - start:.0f}s; " + " | ".join(took))
+
+
+def _fatals(out: str) -> str:
     fatals = "\n...\n".join(out[max(0, m.start() - 1200):m.start() + 2500] for m in re.finditer("fatal:", out))
-    assert r.returncode == 0, fatals[-12000:] + "\n...\n" + out[-3000:]
-    # One "Playbook run took" line per playbook: create, converge, idempotence, verify, destroy.
-    took = re.findall(r"Playbook run took [^\n]*", out)
-    print(f"molecule test -s python_env: {time.monotonic() - start:.0f}s; " + " | ".join(took))
-    # converge then idempotence: the second converge changed nothing on the host
-    recaps = re.findall(r"molecule-pyenv\s+: ok=\d+\s+changed=(\d+)", out)
-    assert len(recaps) >= 3 and recaps[1] == "0", recaps
+    return fatals[-12000:] + "\n...\n" + out[-3000:]
