@@ -51,6 +51,10 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "provisioner_reboot_allowed": p.reboot.allowed,
         "provisioner_reboot_timeout": p.reboot.timeout_s,
         "common_extra_ca_certificates": m.ca_certificates,
+        # One role sets up NVIDIA's repository for every component that comes from it.
+        # (DCGM has no other source.)
+        "cuda_repo_enabled": p.driver.source == "cuda_repo" or p.dcgm.enabled or (p.cuda.source == "cuda_repo" and (
+            p.cuda.enabled or p.cudnn.enabled or p.nccl.enabled or p.tensorrt.enabled)),
         "nvidia_driver_branch": p.driver.branch,
         "nvidia_driver_version": p.driver.version,
         "nvidia_driver_source": p.driver.source,
@@ -97,7 +101,7 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
             })
     optional = {
         "common_apt_proxy": m.apt_proxy,
-        "nvidia_driver_cuda_repo_base_url": m.cuda_repo_url,
+        "cuda_repo_base_url": m.cuda_repo_url,
         "python_env_pip_index_url": m.pip_index_url,
         "python_env_pip_find_links": m.pip_find_links,
         "python_env_wheelhouse_source": m.wheelhouse_source,

@@ -85,6 +85,16 @@ def test_no_reboot_loop_when_no_nvidia_device_is_on_the_pci_bus():
     assert _decide(None, {"rc": 127, "stdout_lines": [], "stderr": ""}) == (False, True)
 
 
+def test_services_that_need_the_driver_start_only_once_its_module_is_loaded():
+    def ready(loaded, **overrides):
+        return _render(loaded, GPU, **overrides).var("nvidia_driver_module_ready")
+
+    assert ready("535.309.01\n") is True
+    assert ready(None) is False                   # built, not loaded: reboot needed
+    assert ready("535.129.03\n") is False         # the old module still loaded
+    assert ready("535.309.01\n", nvidia_driver_in_container=True) is False
+
+
 def test_who_may_be_rebooted_and_the_reason_given_when_not():
     def may(**overrides):
         r = _render(None, GPU, inventory_hostname="gpu1", **overrides)

@@ -33,7 +33,9 @@ PLAY = """\
 - name: Compute what the NVIDIA roles would install, changing nothing.
   hosts: localhost
   gather_facts: false
-  vars_files: [nccl-defaults.yml, vars.yml]  # the nccl role computes nothing beyond its defaults
+  # The nccl role computes nothing beyond its defaults; cuda_repo's source file is rendered
+  # from its defaults (the role itself, a dependency of the others, is switched off here).
+  vars_files: [nccl-defaults.yml, cuda-repo-defaults.yml, vars.yml]
   tasks:
     - name: Pretend to be an Ubuntu 22.04 host.
       fake_facts:
@@ -51,7 +53,7 @@ PLAY = """\
         dest: "{{ out_dir }}/{{ item.dest }}"
         mode: "0644"
       loop:
-        - {role: nvidia_driver, src: cuda-repo.sources.j2, dest: cuda.sources}
+        - {role: cuda_repo, src: cuda-repo.sources.j2, dest: cuda.sources}
         - {role: nvidia_driver, src: preferences.j2, dest: nvidia-driver.pref}
         - {role: fabric_manager, src: preferences.j2, dest: fabric-manager.pref}
         - {role: cudnn, src: preferences.j2, dest: cudnn.pref}
@@ -94,11 +96,13 @@ def _env(tmp: Path) -> dict[str, str]:
 def _compute(profile: str, tmp: Path, **overrides) -> tuple[dict, Path]:
     values = {**role_vars(profiles.load(profile)), **overrides}
     values.update(roles_dir=str(ROLES), out_dir=str(tmp), fake_ubuntu_facts=UBUNTU_FACTS,
+                  cuda_repo_enabled=False, cuda_repo_os_flavour="ubuntu2204",
                   ansible_connection="local",
                   ansible_python_interpreter=sys.executable)
     (tmp / "vars.yml").write_text(yaml.safe_dump(values))
     (tmp / "play.yml").write_text(PLAY)
     (tmp / "nccl-defaults.yml").write_text((ROLES / "nccl" / "defaults" / "main.yml").read_text())
+    (tmp / "cuda-repo-defaults.yml").write_text((ROLES / "cuda_repo" / "defaults" / "main.yml").read_text())
     r = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp / "play.yml")],
                        capture_output=True, text=True, env=_env(tmp), timeout=300, cwd=tmp)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -145,7 +149,7 @@ def test_t4_infer_cuda_11_8(tmp_path):
 
 def test_mirror_open_modules_cudnn9_and_branch_580(tmp_path):
     got, out = _compute("h100-train", tmp_path,
-                        nvidia_driver_cuda_repo_base_url="http://mirror.example/cuda/repos/",
+                        cuda_repo_base_url="http://mirror.example/cuda/repos/",
                         nvidia_driver_kernel_modules="open", nvidia_driver_branch=580,
                         nvidia_driver_version="580.65.06", fabric_manager_version="580.65.06",
                         cudnn_package="libcudnn9-cuda-12", cudnn_package_version="9.1.0.70-1", cudnn_version="9.1.0.70")
