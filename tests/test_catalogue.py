@@ -54,7 +54,13 @@ def test_an_entry_with_neither_is_refused():
         catalogue.PackageVersion(version="1.0-1")
 
 
-def test_the_stacks_the_built_ins_install_are_there(cat):
+@pytest.fixture(scope="module")
+def jammy():
+    return catalogue.load("ubuntu2204")
+
+
+def test_the_stacks_the_built_ins_install_are_there(jammy):
+    cat = jammy
     want = {
         "cuda-drivers-580": ["580.65.06-0ubuntu1", "580.95.05-1ubuntu1"],
         "nvidia-fabricmanager": ["580.65.06-1", "580.95.05-1"],
@@ -76,7 +82,8 @@ def test_the_stacks_the_built_ins_install_are_there(cat):
     assert cat.versions("nvidia-driver-pinning-580")
 
 
-def test_resolve_exact_and_prefix(cat):
+def test_resolve_exact_and_prefix(jammy):
+    cat = jammy
     assert cat.resolve("nvidia-driver-580", "580.95.05") == "580.95.05-1ubuntu1"
     assert cat.resolve("nvidia-driver-580", "580.65.06-0ubuntu1") == "580.65.06-0ubuntu1"
     assert cat.resolve("nvidia-driver-580", "580") == "580.95.05-1ubuntu1"        # newest of the branch
@@ -85,6 +92,16 @@ def test_resolve_exact_and_prefix(cat):
     assert cat.resolve("libcudnn8", "8.9.7") == "8.9.7.29-1+cuda12.2"
     assert cat.resolve("datacenter-gpu-manager", "1:3.3.9") == "1:3.3.9"
     assert cat.resolve("no-such-package", "1") is None
+
+
+def test_noble_has_the_24_04_versions():
+    noble = catalogue.load("ubuntu2404")
+    assert noble.path == "ubuntu2404/x86_64"
+    assert noble.versions("cuda-drivers-580") == ["580.95.05-1ubuntu1", "580.159.04-1ubuntu1"]
+    assert noble.resolve("nvidia-fabricmanager", "580.159.04") == "580.159.04-1"
+    assert noble.versions("datacenter-gpu-manager-4-core") == ["1:4.5.3-1", "1:4.6.0-1"]
+    assert noble.versions("cuda-toolkit-13-0") == ["13.0.2-1", "13.0.3-1"]
+    assert not noble.versions("libcudnn8") and not noble.versions("cuda-toolkit-12-2")   # not in 24.04's repository
 
 
 def test_parse_relation():

@@ -209,6 +209,14 @@ def test_apt_accepts_it_and_sees_nvidias_versions(repo, tmp_path):
     assert "NO_PUBKEY" in bad.stdout + bad.stderr or "not signed" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
 
 
+def test_the_noble_flavour_builds_and_verifies(tmp_path):
+    r = cudarepo.build(tmp_path / "noble", flavour="ubuntu2404")
+    assert r.dir == tmp_path / "noble" / "ubuntu2404" / "x86_64" and r.packages == 84
+    keyring = tmp_path / "k.gpg"
+    subprocess.run(["gpg", "--batch", "--dearmor", "-o", str(keyring), str(r.dir / f"{r.key_id}.pub")], check=True)
+    assert subprocess.run(["gpgv", "--keyring", str(keyring), str(r.dir / "InRelease")], capture_output=True).returncode == 0
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
