@@ -241,3 +241,11 @@ def test_serve_binds_where_asked_and_stop_ends_it(repo):
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=0.5)
     assert not cudarepo.stop()
+
+
+def test_two_flavours_share_a_root_and_stay_cached(repo, cat):
+    noble = cudarepo.build(repo.root, flavour="ubuntu2404")
+    assert not noble.cached and noble.dir == repo.root / "ubuntu2404" / "x86_64"
+    again = cudarepo.build(repo.root, cat=cat)
+    assert again.cached and again.fingerprint == repo.fingerprint
+    assert cudarepo.build(repo.root, flavour="ubuntu2404").cached

@@ -60,7 +60,7 @@ DEFAULT_ROOT = Path(os.environ.get("PROVISIONER_LAB_CUDAREPO_DIR", "/var/cache/p
 PORT = int(os.environ.get("PROVISIONER_LAB_CUDAREPO_PORT", "3143"))
 RUN_DIR = Path("/run/provisioner-lab")
 LOG_DIR = Path("/var/log/provisioner-lab")
-STAMP = ".stand-in.json"
+STAMP = ".stand-in-{flavour}.json"       # one per flavour: several can share a root
 
 # The few files a stand-in package carries, by path: (mode, content). Each is named by a
 # catalogue entry's stand_in_files; nothing else is shipped.
@@ -129,7 +129,7 @@ def build(root: Path = DEFAULT_ROOT, flavour: str = "ubuntu2204", cat: Catalogue
     root = Path(root)
     repo_dir = root / cat.path
     key = _cache_key(cat)
-    stamp = root / STAMP
+    stamp = root / STAMP.format(flavour=cat.flavour)
     if stamp.exists():
         try:
             info = json.loads(stamp.read_text())
