@@ -1,0 +1,216 @@
+"""The package catalogue of NVIDIA's CUDA apt repository, per repository flavour.
+
+`provisioner/data/catalogue/<flavour>.yml` lists, for one flavour (``ubuntu2204``), the
+repository's Release fields, its signing key, and the packages gpu-provisioner's stacks
+install: name -> versions, each with its architecture, one level of Depends (Debian
+relation strings) and where it was seen (``source``) or why it is written so
+(``inferred``). The lab's stand-in repository (``provisioner.lab.cudarepo``) is built from
+it; tests check that it is closed (every Depends satisfiable inside it or by a listed
+distribution package).
+
+Versions compare as dpkg compares them (`compare_versions`), so relations such as
+``nvidia-driver-580 (>= 580.65.06)`` are judged as apt would judge them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import cmp_to_key
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from provisioner.errors import ProvisionError
+from provisioner.yamlfile import read_yaml
+
+CATALOGUE_DIR = Path(str(resources.files("provisioner") / "data" / "catalogue"))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PackageVersion(_Strict):
+    version: str
+    arch: str = "amd64"
+    depends: list[str] = Field(default_factory=list)
+    conflicts: list[str] = Field(default_factory=list)
+    provides: list[str] = Field(default_factory=list)
+    source: str | None = None
+    inferred: str | None = None
+    stand_in_files: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cited_or_inferred(self) -> PackageVersion:
+        if not (self.source or self.inferred):
+            raise ValueError(f"{self.version}: give a source (where it was seen) or an inferred note (why)")
+        if not VERSION_RE.match(self.version):
+            raise ValueError(f"{self.version!r} is not a Debian version")
+        return self
+
+
+class Release(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    origin: str = Field(alias="Origin")
+    label: str = Field(alias="Label")
+    architecture: str = Field(alias="Architecture")
+    source: str
+    inferred: str | None = None
+
+
+class SigningKey(_Strict):
+    id: str
+    fingerprint: str
+    file: str
+    uid: str | None = None
+    source: str
+
+
+class Catalogue(_Strict):
+    flavour: str
+    path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
+    url: str                 # the real repository, for reference
+    release: Release
+    key: SigningKey
+    base_packages: list[str]
+    packages: dict[str, list[PackageVersion]]
+    sha256: str = ""         # of the file it was read from (the stand-in's cache key)
+
+    def versions(self, name: str) -> list[str]:
+        """The versions of `name`, oldest first (dpkg order); [] if it is not listed."""
+        return sorted((p.version for p in self.packages.get(name, [])), key=cmp_to_key(compare_versions))
+
+    def entry(self, name: str, version: str) -> PackageVersion | None:
+        return next((p for p in self.packages.get(name, []) if p.version == version), None)
+
+    def resolve(self, name: str, version_or_prefix: str) -> str | None:
+        """The exact version of `name` that `version_or_prefix` names, or None.
+
+        An exact version wins; otherwise the newest version that starts with the prefix
+        followed by a separator (``580.95.05`` -> ``580.95.05-1ubuntu1``; ``580.95`` ->
+        the newest ``580.95.*``), never a longer number (``580.9`` does not match ``580.95``)."""
+        versions = self.versions(name)
+        if version_or_prefix in versions:
+            return version_or_prefix
+        matches = [v for v in versions if v.startswith(version_or_prefix)
+                   and v[len(version_or_prefix):len(version_or_prefix) + 1] in {"-", ".", "+", "~"}]
+        return matches[-1] if matches else None
+
+    def check_depends(self) -> list[str]:
+        """Every Depends relation no version in the catalogue (or base package) satisfies,
+        as ``'<name> <version>: <relation>'``; [] when the catalogue is closed."""
+        bad = []
+        for name in sorted(self.packages):
+            for pkg in self.packages[name]:
+                for relation in pkg.depends:
+                    if not any(self._satisfies(alt) for alt in parse_relation(relation)):
+                        bad.append(f"{name} {pkg.version}: {relation}")
+        return bad
+
+    def _satisfies(self, alt: tuple[str, str | None, str | None]) -> bool:
+        dep, op, want = alt
+        if dep in self.base_packages:
+            return True
+        candidates = [p.version for p in self.packages.get(dep, [])]
+        candidates += [p.version for entries in self.packages.values() for p in entries
+                       if dep in p.provides and op is None]
+        return any(op is None or relation_holds(v, op, want) for v in candidates)
+
+
+# ----------------------------------------------------------------------------- loading
+
+def flavours() -> list[str]:
+    return sorted(p.stem for p in CATALOGUE_DIR.glob("*.yml"))
+
+
+def load(flavour: str = "ubuntu2204", path: Path | None = None) -> Catalogue:
+    """Read and validate one flavour's catalogue (or the file at `path`)."""
+    path = Path(path) if path else CATALOGUE_DIR / f"{flavour}.yml"
+    if not path.exists():
+        raise ProvisionError(f"no package catalogue for {flavour!r}", where=str(path),
+                             fix=f"one of: {', '.join(flavours())}")
+    data = read_yaml(path)
+    try:
+        cat = Catalogue.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError: name the file
+        raise ProvisionError(f"invalid package catalogue: {exc}", where=str(path)) from None
+    return cat.model_copy(update={"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+
+
+# ----------------------------------------------------------------------------- Debian versions
+
+VERSION_RE = re.compile(r"^(?:\d+:)?[0-9][A-Za-z0-9.+~-]*$")
+_RELATION_RE = re.compile(r"^\s*([a-z0-9][a-z0-9+.-]+)(?::[a-z0-9-]+)?\s*(?:\(\s*(<<|<=|=|>=|>>)\s*([^)\s]+)\s*\))?\s*$")
+
+
+def parse_relation(relation: str) -> list[tuple[str, str | None, str | None]]:
+    """``'a (>= 1) | b'`` -> ``[('a', '>=', '1'), ('b', None, None)]``."""
+    out = []
+    for alt in relation.split("|"):
+        m = _RELATION_RE.match(alt)
+        if not m:
+            raise ValueError(f"not a Debian relation: {alt!r}")
+        out.append((m.group(1), m.group(2), m.group(3)))
+    return out
+
+
+def _order(c: str) -> int:
+    if c == "~":
+        return -1
+    if c.isdigit():
+        return 0
+    if c.isalpha():
+        return ord(c)
+    return ord(c) + 256
+
+
+def _compare_part(a: str, b: str) -> int:
+    """dpkg's verrevcmp: alternating non-digit and digit runs."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        first_diff = 0
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac = _order(a[i]) if i < len(a) and not a[i].isdigit() else 0
+            bc = _order(b[j]) if j < len(b) and not b[j].isdigit() else 0
+            if ac != bc:
+                return ac - bc
+            i += 1
+            j += 1
+        while i < len(a) and a[i] == "0":
+            i += 1
+        while j < len(b) and b[j] == "0":
+            j += 1
+        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+            if not first_diff:
+                first_diff = ord(a[i]) - ord(b[j])
+            i += 1
+            j += 1
+        if i < len(a) and a[i].isdigit():
+            return 1
+        if j < len(b) and b[j].isdigit():
+            return -1
+        if first_diff:
+            return first_diff
+    return 0
+
+
+def _split(v: str) -> tuple[int, str, str]:
+    epoch, _, rest = v.rpartition(":") if ":" in v else ("0", "", v)
+    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+    return int(epoch or 0), upstream, revision
+
+
+def compare_versions(a: str, b: str) -> int:
+    """<0, 0 or >0 as dpkg --compare-versions orders `a` and `b`."""
+    ea, ua, ra = _split(a)
+    eb, ub, rb = _split(b)
+    if ea != eb:
+        return ea - eb
+    return _compare_part(ua, ub) or _compare_part(ra, rb)
+
+
+def relation_holds(version: str, op: str, want: str) -> bool:
+    c = compare_versions(version, want)
+    return {"<<": c < 0, "<=": c <= 0, "=": c == 0, ">=": c >= 0, ">>": c > 0}[op]

@@ -1,0 +1,361 @@
+"""A stand-in for NVIDIA's CUDA apt repository, served on the lab network.
+
+Built from the package catalogue (``provisioner/data/catalogue/<flavour>.yml``): one
+``.deb`` per package version, with NVIDIA's package name, version, architecture,
+Depends/Conflicts, and a Description that says it is a gpu-provisioner test stand-in. The
+layout is NVIDIA's: a flat repository at ``<root>/ubuntu2204/x86_64/`` holding the .debs,
+``Packages``, ``Packages.gz``, ``Release`` (``Origin: NVIDIA``, ``Label: NVIDIA CUDA``,
+``Architecture: x86_64``, MD5Sum/SHA1/SHA256, no Suite or Components), ``InRelease`` and
+``Release.gpg``, and the signing key as ``<keyid>.pub`` (NVIDIA's is ``3bf863cc.pub``).
+It is signed with a throwaway GnuPG key made for the build (no passphrase, in a temporary
+GNUPGHOME that is deleted afterwards, so the private key is kept nowhere).
+
+What it proves: apt's side of the ``cuda_repo`` path, for real. A host trusts it only
+through a ``signed-by`` keyring (apt checks InRelease's signature); apt resolves NVIDIA's
+names and versions against it (exact pins by origin ``o=NVIDIA``/``l=NVIDIA CUDA``,
+holds, versioned Depends between the driver's packages, Conflicts between the open and
+proprietary kernel modules, unbounded ``>=`` meta-packages, two driver releases for a
+rolling upgrade), in the order and with the privilege the roles use.
+
+What it cannot prove: anything about NVIDIA's binaries. The packages are empty but for a
+few files a role needs to exist (``PAYLOADS``: the units the roles enable, and an
+``nvidia-smi`` that prints what the real one prints without a driver and exits 9). There
+is no kernel module, no DKMS build, no library, no GPU. Depends are the catalogue's
+subset, not NVIDIA's full lists.
+
+The build is deterministic (sorted, fixed mtimes, ``SOURCE_DATE_EPOCH``; only the
+signatures differ between builds) and cached: a build whose inputs (catalogue file,
+payloads, this format) hash to the recorded key returns at once.
+
+``serve(root)`` runs ``python -m http.server`` bound to the podman bridge's gateway address
+only (like the apt cache, never 0.0.0.0); ``stop()`` ends it. Its pidfile is under
+/run/provisioner-lab/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from provisioner import catalogue as catalogue_mod
+from provisioner.catalogue import Catalogue, PackageVersion, compare_versions
+from provisioner.errors import ProvisionError
+
+FORMAT = 1                               # bump when the build's output changes
+EPOCH = 1754006400                       # 2025-08-01T00:00:00Z: every mtime, and the Release Date
+MAINTAINER = "gpu-provisioner lab <lab@gpu-provisioner.invalid>"
+DEFAULT_ROOT = Path(os.environ.get("PROVISIONER_LAB_CUDAREPO_DIR", "/var/cache/provisioner-lab/cudarepo"))
+PORT = int(os.environ.get("PROVISIONER_LAB_CUDAREPO_PORT", "3143"))
+RUN_DIR = Path("/run/provisioner-lab")
+LOG_DIR = Path("/var/log/provisioner-lab")
+STAMP = ".stand-in-{flavour}.json"       # one per flavour: several can share a root
+
+# The few files a stand-in package carries, by path: (mode, content). Each is named by a
+# catalogue entry's stand_in_files; nothing else is shipped.
+PAYLOADS: dict[str, tuple[int, str]] = {
+    # What NVIDIA's nvidia-smi prints, and its exit code 9, when it cannot reach a driver
+    # (shared/fixtures/nvidia-smi/errors/nvidia-smi__no-driver__*.txt).
+    "/usr/bin/nvidia-smi": (0o755, (
+        "#!/bin/sh\n"
+        "# gpu-provisioner test stand-in for NVIDIA's nvidia-smi: no NVIDIA software is installed.\n"
+        "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\"\n"
+        "exit 9\n")),
+    # NVIDIA/dcgm-exporter packaging/config-files/systemd/nvidia-dcgm-exporter.service (research14 s7).
+    "/lib/systemd/system/nvidia-dcgm-exporter.service": (0o644, (
+        "[Unit]\nDescription=NVIDIA DCGM-exporter service\nWants=nvidia-dcgm.service\nAfter=nvidia-dcgm.service\n"
+        "[Service]\nUser=root\nPrivateTmp=false\nStandardOutput=append:/var/log/dcgm-exporter.log\n"
+        "StandardError=append:/var/log/dcgm-exporter.log\n"
+        "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv\nRestart=on-abort\n"
+        "[Install]\nWantedBy=multi-user.target\n")),
+    # Inferred: the roles enable these units, so they must exist; their binaries do not
+    # (starting them fails, as it should without a GPU).
+    "/lib/systemd/system/nvidia-persistenced.service": (0o644, (
+        "# gpu-provisioner test stand-in (the binary is not shipped)\n"
+        "[Unit]\nDescription=NVIDIA Persistence Daemon\nWants=syslog.target\n"
+        "[Service]\nType=forking\nExecStart=/usr/bin/nvidia-persistenced --verbose\n"
+        "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n"
+        "[Install]\nWantedBy=multi-user.target\n")),
+    "/lib/systemd/system/nvidia-fabricmanager.service": (0o644, (
+        "# gpu-provisioner test stand-in (the binary is not shipped)\n"
+        "[Unit]\nDescription=NVIDIA fabric manager service\nAfter=network-online.target\nRequires=network-online.target\n"
+        "[Service]\nUser=root\nPrivateTmp=false\nType=forking\n"
+        "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\nLimitCORE=infinity\n"
+        "[Install]\nWantedBy=multi-user.target\n")),
+}
+
+
+@dataclass(frozen=True)
+class Repo:
+    root: Path            # what serve() serves
+    dir: Path             # the flat repository: <root>/<flavour path>
+    path: str             # e.g. ubuntu2204/x86_64 (relative URL of the repository)
+    key_path: str         # e.g. ubuntu2204/x86_64/1a2b3c4d.pub (relative URL of the key)
+    key_id: str           # short id, lowercase, as NVIDIA names its key file
+    fingerprint: str
+    packages: int         # .deb files
+    cached: bool          # True when this call found the build already there
+    seconds: float
+
+
+def _cache_key(cat: Catalogue) -> str:
+    h = hashlib.sha256()
+    h.update(f"format {FORMAT}\n{cat.flavour}\n{cat.sha256}\n".encode())
+    h.update(json.dumps(PAYLOADS, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def deb_name(name: str, pkg: PackageVersion) -> str:
+    """NVIDIA's file name: the epoch left out (datacenter-gpu-manager_3.3.9_amd64.deb)."""
+    return f"{name}_{pkg.version.split(':', 1)[-1]}_{pkg.arch}.deb"
+
+
+def build(root: Path = DEFAULT_ROOT, flavour: str = "ubuntu2204", cat: Catalogue | None = None) -> Repo:
+    """Build (or find cached) the stand-in repository for `flavour` under `root`."""
+    t0 = time.monotonic()
+    cat = cat or catalogue_mod.load(flavour)
+    root = Path(root)
+    repo_dir = root / cat.path
+    key = _cache_key(cat)
+    stamp = root / STAMP.format(flavour=cat.flavour)
+    if stamp.exists():
+        try:
+            info = json.loads(stamp.read_text())
+            if info.get("cache_key") == key and (repo_dir / "InRelease").exists():
+                return Repo(root, repo_dir, cat.path, info["key_path"], info["key_id"], info["fingerprint"],
+                            info["packages"], True, time.monotonic() - t0)
+        except (OSError, ValueError, KeyError):
+            pass
+    for tool in ("dpkg-deb", "gpg"):
+        if not shutil.which(tool):
+            raise ProvisionError(f"{tool} is not installed (the stand-in CUDA repository needs it)", where="lab",
+                                 fix="run `sudo scripts/setup-dev-host` (dpkg and gnupg)")
+    missing = sorted({f for es in cat.packages.values() for e in es for f in e.stand_in_files} - PAYLOADS.keys())
+    if missing:
+        raise ProvisionError(f"catalogue names stand-in files with no payload: {missing}", where="cudarepo.PAYLOADS")
+    if repo_dir.exists():
+        shutil.rmtree(repo_dir)
+    stamp.unlink(missing_ok=True)
+    repo_dir.mkdir(parents=True)
+    entries = sorted(((n, p) for n, es in cat.packages.items() for p in es),
+                     key=lambda np: (np[0], _VersionKey(np[1].version)))
+    with tempfile.TemporaryDirectory(prefix="cudarepo-") as tmp:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda np: _build_deb(np[0], np[1], cat, Path(tmp), repo_dir), entries))
+        packages = "\n".join(_stanza(n, p, cat, repo_dir) for n, p in entries)
+        (repo_dir / "Packages").write_text(packages)
+        with open(repo_dir / "Packages.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=EPOCH, filename="") as gz:
+            gz.write(packages.encode())
+        (repo_dir / "Release").write_text(_release(cat, repo_dir))
+        key_id, fingerprint = _sign(repo_dir, Path(tmp) / "gnupg", cat.flavour)
+    for p in repo_dir.iterdir():
+        os.utime(p, (EPOCH, EPOCH))
+    key_path = f"{cat.path}/{key_id}.pub"
+    stamp.write_text(json.dumps({"cache_key": key, "key_path": key_path, "key_id": key_id, "fingerprint": fingerprint,
+                                 "packages": len(entries), "flavour": cat.flavour}, indent=2) + "\n")
+    return Repo(root, repo_dir, cat.path, key_path, key_id, fingerprint, len(entries), False, time.monotonic() - t0)
+
+
+class _VersionKey:
+    def __init__(self, v: str) -> None:
+        self.v = v
+
+    def __lt__(self, other: _VersionKey) -> bool:
+        return compare_versions(self.v, other.v) < 0
+
+
+def _control(name: str, pkg: PackageVersion, cat: Catalogue) -> str:
+    lines = [f"Package: {name}", f"Version: {pkg.version}", f"Architecture: {pkg.arch}", f"Maintainer: {MAINTAINER}",
+             "Section: multiverse/devel", "Priority: optional"]
+    for field, values in (("Depends", pkg.depends), ("Conflicts", pkg.conflicts), ("Provides", pkg.provides)):
+        if values:
+            lines.append(f"{field}: {', '.join(values)}")
+    lines.append(f"Description: gpu-provisioner test stand-in for NVIDIA's {name} {pkg.version}")
+    lines.append(f" Metadata only (name, version, dependencies as in {cat.path} of NVIDIA's CUDA")
+    lines.append(" repository, per gpu-provisioner's package catalogue). It contains no NVIDIA software.")
+    return "\n".join(lines) + "\n"
+
+
+def _build_deb(name: str, pkg: PackageVersion, cat: Catalogue, tmp: Path, repo_dir: Path) -> None:
+    tree = tmp / f"{name}_{pkg.version.replace(':', '%')}"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(_control(name, pkg, cat))
+    for path in sorted(pkg.stand_in_files):
+        mode, content = PAYLOADS[path]
+        dest = tree / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(content)
+        dest.chmod(mode)
+    for p in sorted(tree.rglob("*"), reverse=True):
+        os.utime(p, (EPOCH, EPOCH), follow_symlinks=False)
+    os.utime(tree, (EPOCH, EPOCH))
+    env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH))
+    r = subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(repo_dir / deb_name(name, pkg))],
+                       capture_output=True, text=True, env=env)
+    if r.returncode:
+        raise ProvisionError(f"dpkg-deb failed for {name} {pkg.version}: {r.stderr.strip()}", where="cudarepo.build")
+
+
+def _hashes(path: Path) -> dict[str, str]:
+    data = path.read_bytes()
+    return {"MD5sum": hashlib.md5(data).hexdigest(), "SHA1": hashlib.sha1(data).hexdigest(),
+            "SHA256": hashlib.sha256(data).hexdigest(), "Size": str(len(data))}
+
+
+def _stanza(name: str, pkg: PackageVersion, cat: Catalogue, repo_dir: Path) -> str:
+    deb = repo_dir / deb_name(name, pkg)
+    control = _control(name, pkg, cat)
+    head, _, desc = control.partition("Description:")
+    h = _hashes(deb)
+    return (head + f"Filename: ./{deb.name}\nSize: {h['Size']}\nMD5sum: {h['MD5sum']}\nSHA1: {h['SHA1']}\n"
+            f"SHA256: {h['SHA256']}\nDescription:{desc}").rstrip("\n") + "\n"
+
+
+def _release(cat: Catalogue, repo_dir: Path) -> str:
+    date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(EPOCH))
+    files = [repo_dir / "Packages", repo_dir / "Packages.gz"]
+    out = [f"Origin: {cat.release.origin}", f"Label: {cat.release.label}", f"Architecture: {cat.release.architecture}",
+           f"Date: {date}"]
+    for field, algo in (("MD5Sum", "MD5sum"), ("SHA1", "SHA1"), ("SHA256", "SHA256")):
+        out.append(f"{field}:")
+        for f in files:
+            h = _hashes(f)
+            out.append(f" {h[algo]} {int(h['Size']):>16} {f.name}")
+    out.append("Acquire-By-Hash: no")
+    return "\n".join(out) + "\n"
+
+
+def _sign(repo_dir: Path, home: Path, flavour: str) -> tuple[str, str]:
+    """Make a throwaway key, sign Release (InRelease, Release.gpg), export the public key
+    as <keyid>.pub (ASCII-armoured, like NVIDIA's). Returns (short id, fingerprint)."""
+    home.mkdir(mode=0o700)
+    env = dict(os.environ, GNUPGHOME=str(home))
+    env.pop("GPG_AGENT_INFO", None)
+
+    def gpg(*args: str, **kw) -> subprocess.CompletedProcess:
+        r = subprocess.run(["gpg", "--batch", "--quiet", "--no-tty", *args], capture_output=True, env=env, **kw)
+        if r.returncode:
+            raise ProvisionError(f"gpg {args[0]} failed: {r.stderr.decode(errors='replace').strip()}", where="cudarepo.build")
+        return r
+
+    uid = f"gpu-provisioner lab stand-in for NVIDIA CUDA {flavour} (throwaway) <lab@gpu-provisioner.invalid>"
+    try:
+        gpg("--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never")
+        colons = gpg("--with-colons", "--list-secret-keys").stdout.decode()
+        fingerprint = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+        key_id = fingerprint[-8:].lower()
+        release = repo_dir / "Release"
+        gpg("--local-user", fingerprint, "--digest-algo", "SHA256", "--clearsign", "-o", str(repo_dir / "InRelease"), str(release))
+        gpg("--local-user", fingerprint, "--digest-algo", "SHA256", "--armor", "--detach-sign", "-o",
+            str(repo_dir / "Release.gpg"), str(release))
+        (repo_dir / f"{key_id}.pub").write_bytes(gpg("--armor", "--export", fingerprint).stdout)
+    finally:
+        subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True)
+    return key_id, fingerprint
+
+
+# ----------------------------------------------------------------------------- serving
+
+@dataclass(frozen=True)
+class Served:
+    url: str              # http://<gateway>:<port>/ : the root; repository at url + repo.path + "/"
+    pid: int
+    root: str
+    bind: str
+
+
+def _pidfile() -> Path:
+    return RUN_DIR / "cudarepo-http.pid"
+
+
+def _state_file() -> Path:
+    return RUN_DIR / "cudarepo-http.json"
+
+
+def running() -> Served | None:
+    """The stand-in's web server if it is running (by its pidfile and its command line)."""
+    try:
+        pid = int(_pidfile().read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = json.loads(_state_file().read_text())
+    except (OSError, ValueError):
+        return None
+    if b"http.server" not in cmdline:
+        return None
+    return Served(**state, pid=pid)
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int = PORT) -> str:
+    """Serve `root` over HTTP on the podman bridge's gateway (or `bind`) only; return the
+    root URL (``http://10.88.0.1:3143/``). Reuses a server already serving `root` there."""
+    if isinstance(root, Repo):
+        root = root.root
+    root = Path(root).resolve()
+    if bind is None:
+        from provisioner.lab import podman
+        bind = podman.network_gateway()
+    url = f"http://{bind}:{port}/"
+    cur = running()
+    if cur and cur.root == str(root) and cur.bind == bind and cur.url == url and _port_open(bind, port):
+        return url
+    if cur:
+        stop()
+    if _port_open(bind, port):
+        raise ProvisionError(f"something else already listens on {bind}:{port}", where="lab stand-in CUDA repository",
+                             fix="stop it, or set PROVISIONER_LAB_CUDAREPO_PORT")
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOG_DIR / "cudarepo-http.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", bind, "--directory", str(root)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    _pidfile().write_text(f"{proc.pid}\n")
+    _state_file().write_text(json.dumps({"url": url, "root": str(root), "bind": bind}) + "\n")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        if _port_open(bind, port):
+            return url
+        time.sleep(0.1)
+    stop()
+    raise ProvisionError(f"the stand-in CUDA repository's web server did not start on {url}",
+                         where=str(LOG_DIR / "cudarepo-http.log"), fix="read that log")
+
+
+def stop() -> bool:
+    """Stop the stand-in's web server (the built repository stays). True if one ran."""
+    cur = running()
+    _state_file().unlink(missing_ok=True)
+    if not cur:
+        _pidfile().unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(cur.pid, 15)
+    for _ in range(50):
+        if not Path(f"/proc/{cur.pid}").exists():
+            break
+        with contextlib.suppress(ChildProcessError):  # reap it when this process started it
+            os.waitpid(cur.pid, os.WNOHANG)
+        time.sleep(0.1)
+    _pidfile().unlink(missing_ok=True)
+    return True
