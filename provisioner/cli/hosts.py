@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,8 +13,8 @@ from typing import Annotated
 import typer
 
 from provisioner.cli.app import Session, app, friendly, session
-from provisioner.cli.options import (DEFAULT_RUNS_DIR, Batch, Fleet, Forks, InventoryArg, Json, Junit, Limit, MaxFail,
-                                     Output, Profile, RunsDir)
+from provisioner.cli.options import (DEFAULT_RUNS_DIR, Batch, Fleet, Force, Forks, InventoryArg, Json, Junit, Limit,
+                                     MaxFail, Output, Profile, RunsDir)
 
 
 def _warn_dropped(s: Session, target) -> None:
@@ -28,6 +29,7 @@ def render(
     inventory: InventoryArg,
     output: Output,
     forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
+    force: Force = False,
 ) -> None:
     """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""
     from provisioner import paths
@@ -37,9 +39,11 @@ def render(
     s = session()
     target = commands.prepare(profile, inventory)
     _warn_dropped(s, target)
-    for path in render_dir(target.loaded, target.inventory, output, forks):
+    written = render_dir(target.loaded, target.inventory, output, forks, force=force)
+    for path in written:
         s.say(str(path))
-    s.say(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.FQCN}.site")
+    cfg = shlex.quote(f"{written[0].parent}/ansible.cfg")
+    s.say(f"run: ANSIBLE_CONFIG={cfg} ansible-playbook {paths.FQCN}.site")
 
 
 def talk_to_hosts(command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
@@ -53,11 +57,11 @@ def talk_to_hosts(command: str, profile: str, inventory: Path, fleet: Fleet, **o
     with Progress(s.err if fleet.as_json else s.out) as progress:
         report = commands.execute(command, target, runs_dir=fleet.runs_dir, limit=fleet.limit, forks=fleet.forks,
                                   batch=fleet.batch, max_fail=fleet.max_fail, hook=progress, **options)
-    show(report, fleet.as_json, fleet.junit)
+    show(report, fleet.as_json, fleet.junit, force=fleet.force)
     raise typer.Exit(report.exit_code)
 
 
-def show(report, as_json: bool, junit: Path | None, html: Path | None = None) -> None:
+def show(report, as_json: bool, junit: Path | None, html: Path | None = None, *, force: bool = False) -> None:
     """The report as a table (or JSON on stdout), and the files asked for beside it."""
     from provisioner.reports.table import render_table
 
@@ -69,11 +73,11 @@ def show(report, as_json: bool, junit: Path | None, html: Path | None = None) ->
     if html is not None:
         from provisioner.reports import html as html_report
 
-        s.say(f"html: {html_report.write(report, html)}", to_err=as_json)
+        s.say(f"html: {html_report.write(report, html, force=force)}", to_err=as_json)
     if junit is not None:
         from provisioner.reports import junit as junit_mod
 
-        s.say(f"junit: {junit_mod.write(report, junit)}", to_err=as_json)
+        s.say(f"junit: {junit_mod.write(report, junit, force=force)}", to_err=as_json)
 
 
 def _read_only_command(command: str, doc: str) -> None:
@@ -82,8 +86,9 @@ def _read_only_command(command: str, doc: str) -> None:
     @friendly
     def handler(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
                 as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
-                max_fail: MaxFail = None, junit: Junit = None) -> None:
-        talk_to_hosts(command, profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit))
+                max_fail: MaxFail = None, junit: Junit = None, force: Force = False) -> None:
+        talk_to_hosts(command, profile, inventory,
+                      Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit, force))
 
     handler.__doc__ = doc
     app.command(command)(handler)
@@ -97,6 +102,7 @@ _read_only_command("verify", "Verify the hosts against the profile (nvidia-smi a
 @friendly
 def up(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
        runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None, junit: Junit = None,
+       force: Force = False,
        full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
                                                          "as its last converge with this profile left it.")] = False,
        ) -> None:
@@ -105,7 +111,7 @@ def up(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Fo
     A host already in the state its last converge with this profile recorded is not converged again.
 
     --full converges it anyway; verify runs on every host."""
-    talk_to_hosts("up", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit),
+    talk_to_hosts("up", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit, force),
                   full=full)
 
 
@@ -113,7 +119,7 @@ def up(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Fo
 @friendly
 def check(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None, as_json: Json = False,
           runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
-          junit: Junit = None,
+          junit: Junit = None, force: Force = False,
           deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
                                                             "(slower; also sees what a changed profile would do).")] = False,
           ) -> None:
@@ -122,5 +128,5 @@ def check(profile: Profile, inventory: InventoryArg, limit: Limit = None, forks:
     Names every managed package, hold, file and unit that moved since, and the profile's change.
 
     --deep runs the converge in check mode with diffs instead (slower)."""
-    talk_to_hosts("check", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit),
+    talk_to_hosts("check", profile, inventory, Fleet.of(limit, forks, as_json, runs_dir, batch, max_fail, junit, force),
                   deep=deep)

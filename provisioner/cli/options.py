@@ -29,6 +29,8 @@ MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the 
 Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write the report as JUnit XML to this file "
                                                "(one testcase per host per check, for CI).")]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Folder to write into.")]
+Force = Annotated[bool, typer.Option("--force", help="Replace output files provision did not write, write into a "
+                                     "non-empty folder, or replace a symbolic link (never a device or a folder).")]
 DEFAULT_RUNS_DIR = Path("provision-runs")
 
 
@@ -43,11 +45,16 @@ class Fleet:
     batch: str | None = None
     max_fail: int | None = None
     junit: Path | None = None
+    force: bool = False
 
     @classmethod
     def of(cls, limit: str | None, forks: int | None, as_json: bool, runs_dir: Path, batch: str | None,
-           max_fail: str | None, junit: Path | None) -> Fleet:
-        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit)
+           max_fail: str | None, junit: Path | None, force: bool = False) -> Fleet:
+        if junit is not None:  # refused before any host is touched, not after the run
+            from provisioner.outputs import check_file
+
+            check_file(junit, force=force, what="--junit")
+        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit, force)
 
 
 def parse_batch(value: str | None) -> str | None:
