@@ -50,9 +50,13 @@ def _url(value: str, schemes: tuple[str, ...]) -> str:
         raise ValueError(f"{value!r} is not a URL: {exc}") from None
     if parts.scheme not in schemes:
         raise ValueError(f"{value!r} is not a URL of a supported scheme ({', '.join(s + '://' for s in schemes)})")
+    if parts.password is not None:
+        # It would be written into group_vars, every run folder and every bundle.
+        raise ValueError("a URL may not carry a password (user:password@): it would be written to every rendered "
+                         "file and host; give the host its credentials another way (netrc, pip.conf, an apt auth.conf)")
     if parts.scheme != "file" and not parts.hostname:
         raise ValueError(f"{value!r} has no host name")
-    if parts.scheme == "file" and not parts.path.startswith("/"):
+    if parts.scheme == "file" and (parts.netloc not in ("", "localhost") or not parts.path.startswith("/")):
         raise ValueError(f"{value!r}: a file:// URL names an absolute path (file:///srv/mirror)")
     return value
 

@@ -181,7 +181,7 @@ def _load_vars_file(loader, path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ProvisionError(f"a variables file is a mapping of names to values, not a {type(data).__name__}",
+        raise ProvisionError(f"a variables file is a mapping of names to values, not a {'list' if isinstance(data, list) else type(data).__name__}",
                              where=f"{path}:1", fix="write `name: value` lines")
     return data
 
@@ -191,7 +191,9 @@ def load(path: Path) -> Inventory:
     if _plugin_for(path) == "yaml":
         from provisioner.yamlfile import read_yaml
 
-        read_yaml(path)  # syntax errors with line and column, before Ansible's vaguer message
+        if read_yaml(path) is None:  # syntax errors with line and column, before Ansible's vaguer message
+            raise ProvisionError("the inventory has no hosts (the YAML file is empty)", where=str(path),
+                                 fix="add `all: {hosts: {node1: {ansible_host: 10.0.0.5}}}`")
 
     from ansible.errors import AnsibleError
     from ansible.inventory.data import InventoryData

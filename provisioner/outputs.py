@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
+from provisioner.field_types import control_character
 from provisioner.safe_paths import system_dir_reason
 
 # Every text file we render starts with this; it is how a folder we rendered is recognised.
@@ -30,7 +31,12 @@ FORCE_FIX = "pass another path, or --force to replace it"
 
 
 def absolute(path: Path | str) -> Path:
-    """The path made absolute without following links (resolve() would hide a link)."""
+    """The path made absolute without following links (resolve() would hide a link).
+    Output paths are printed and written into ansible.cfg: one line, no control characters."""
+    found = control_character(str(path))
+    if found:
+        raise ProvisionError(f"the output path holds control characters ({found})", where=repr(str(path)),
+                             fix="pass a path without newlines or control characters")
     return Path(os.path.abspath(os.path.expanduser(str(path))))
 
 
@@ -106,13 +112,13 @@ def check_folder(folder: Path | str, names: list[str], *, force: bool = False) -
     if reason:
         raise ProvisionError(f"refusing to write into {folder}: {reason}", where=str(folder),
                              fix="pass a new folder of its own, e.g. -o out/")
-    _check_parents(folder / "x")
     if folder.is_symlink() and not force:
         raise ProvisionError(f"the output folder is a symbolic link (to {os.readlink(folder)})", where=str(folder),
                              fix="pass the real folder, or --force")
     if folder.exists() and not folder.is_dir():
         raise ProvisionError("the output path exists and is not a folder", where=str(folder),
                              fix="pass a new or existing folder with -o")
+    _check_parents(folder / "x")
     targets = [folder / name for name in names]
     for target in targets:
         check_file(target, force=force, what=f"output file {target.relative_to(folder)}")

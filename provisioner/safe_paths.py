@@ -42,6 +42,9 @@ def host_dir_problem(path: str) -> str | None:
     if not PATH_CHARS.match(path):
         return f"{path!r} holds a character a path here may not (letters, digits and ._/+@,:=~- only)"
     normal = posixpath.normpath(path)
-    if normal != path.rstrip("/") or path.startswith("//"):
+    reason = system_dir_reason(normal)
+    if reason:
+        return reason
+    if normal != path or path.startswith("//"):
         return f"{path!r} is not normalised; write {normal}"
-    return system_dir_reason(normal)
+    return None
