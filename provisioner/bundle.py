@@ -35,6 +35,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from provisioner import __version__, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.profiles import Loaded
+from provisioner.ansible_data import dump_unsafe
+from provisioner.outputs import check_file, write_file
 from provisioner.render import role_vars
 
 # 2026-01-01T00:00:00Z: entries get this mtime (or $SOURCE_DATE_EPOCH).
@@ -83,8 +85,26 @@ def _content_files() -> dict[str, Path]:
     return files
 
 
-def _dump(data: object) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
+def check_source(url_or_path: str) -> str:
+    """Where a node fetches the bundle (--cloud-init-url): an http(s) or file:// URL, or
+    an absolute path on the node; one line, no spaces. It goes into a shell script and a
+    cloud-config, where a newline could add a `bootcmd:` that runs before the sha256 check."""
+    from provisioner.field_types import repo_url, url_or_path as _url_or_path
+
+    try:
+        if url_or_path.startswith("file://"):
+            repo_url(url_or_path)
+        else:
+            _url_or_path(url_or_path)
+    except ValueError as exc:
+        raise ProvisionError(f"--cloud-init-url: {exc}", where="--cloud-init-url",
+                             fix="pass https://host/path/bundle.tar.gz, file:///path or /path on the node") from None
+    return url_or_path
+
+
+def snippet_path(tarball: Path) -> Path:
+    """The cloud-init snippet written beside the tarball."""
+    return tarball.with_name(tarball.name.removesuffix(".gz").removesuffix(".tar") + ".cloud-init.yml")
 
 
 def warnings_for(loaded: Loaded) -> list[str]:
@@ -115,7 +135,8 @@ def members(loaded: Loaded) -> dict[str, bytes | Path]:
                                install_dir=INSTALL_DIR).encode(),
         "BUNDLE.json": (json.dumps(manifest, indent=2) + "\n").encode(),
         "apply.sh": _template("apply.sh.j2", install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
-        "inventory/group_vars/all/provisioner.yml": (header + _dump(role_vars(loaded))).encode(),
+        # !unsafe: the profile is data, never template source (see provisioner/ansible_data.py)
+        "inventory/group_vars/all/provisioner.yml": (header + dump_unsafe(role_vars(loaded))).encode(),
         "profile.yml": (header + profiles.to_yaml(p)).encode(),
     }
     content: dict[str, bytes | Path] = dict(_content_files())
@@ -134,17 +155,14 @@ def _tarinfo(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> 
     return info
 
 
-def build(loaded: Loaded, out_path: Path) -> Path:
-    """Write the bundle tarball (gzip) for `loaded`; returns its path. Same input, same bytes."""
-    out_path = Path(out_path).expanduser()
-    if out_path.is_dir():
-        raise ProvisionError("the output path is a folder", where=str(out_path),
-                             fix="pass a file name, e.g. -o bundle.tar.gz")
+def build(loaded: Loaded, out_path: Path, *, force: bool = False) -> Path:
+    """Write the bundle tarball (gzip) for `loaded`; returns its path. Same input, same bytes.
+    Written atomically, only as a regular file (outputs.write_file)."""
+    out_path = check_file(out_path, force=force, what="bundle")
     entries = members(loaded)
     dirs = sorted({str(Path(name).parents[i]) for name in entries for i in range(len(Path(name).parents) - 1)})
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name in sorted([*dirs, *entries], key=lambda n: n.split("/")):
             if name in dirs and name not in entries:
@@ -158,8 +176,7 @@ def build(loaded: Loaded, out_path: Path) -> Path:
                 data = source
                 executable = name == "apply.sh"
             tar.addfile(_tarinfo(name, len(data), 0o755 if executable else 0o644), io.BytesIO(data))
-    os.replace(tmp, out_path)
-    return out_path
+    return write_file(out_path, raw.getvalue(), force=force, mode=0o644, what="bundle")
 
 
 def sha256_of(path: Path) -> str:
@@ -190,6 +207,7 @@ def cloud_init(url_or_path: str, sha256: str | None = None, *, pip_index_url: st
 
     url_or_path: where the node gets the tarball (https://..., file://... or a path on
     the node). sha256: the tarball's; read from url_or_path when that is a file here."""
+    check_source(url_or_path)
     if sha256 is None:
         local = Path(url_or_path.removeprefix("file://")).expanduser()
         if not local.is_file():

@@ -7,21 +7,19 @@ run with the parser's own message (and the line it points at).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner import secrets
 from provisioner.errors import ProvisionError
 
-# Variables that carry secrets. They are never written into a rendered inventory; pass
-# them through Ansible's own channels instead (vault, --ask-become-pass, ssh-agent).
-SECRET_VARS = re.compile(
-    r"^(ansible_(ssh_|become_|sudo_|su_)?pass(word)?|ansible_ssh_private_key|.*_(password|passwd|secret|token))$"
-)
 # Facts Ansible adds to every host itself; not the user's.
 _MAGIC_VARS = {"inventory_file", "inventory_dir"}
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -38,9 +36,43 @@ class Inventory:
     hosts: dict[str, dict[str, Any]]  # host -> its own variables
     groups: dict[str, Group]
     dropped_secrets: list[str] = field(default_factory=list)  # "host node2: ansible_become_password"
+    # owner ("host node1", "group gpu") -> variable -> the file that set it, when not `source`
+    # (group_vars/gpu.yml, host_vars/node1/main.yml)
+    origins: dict[str, dict[str, Path]] = field(default_factory=dict)
 
     def hostnames(self) -> list[str]:
         return sorted(self.hosts)
+
+    def effective_vars(self, host: str) -> dict[str, Any]:
+        """The variables `host` ends up with, in Ansible's order: `all`, then groups by depth
+        (a child after its parent) and name, then the host's own."""
+        parents: dict[str, set[str]] = {}
+        for group in self.groups.values():
+            for child in group.children:
+                parents.setdefault(child, set()).add(group.name)
+
+        def depth(name: str, seen: frozenset = frozenset()) -> int:
+            above = parents.get(name, set()) - seen
+            return 1 + max((depth(p, seen | {name}) for p in above), default=-1)
+
+        member = {g.name for g in self.groups.values() if host in g.hosts}
+        todo = list(member)
+        while todo:
+            for parent in parents.get(todo.pop(), ()):
+                if parent not in member:
+                    member.add(parent)
+                    todo.append(parent)
+        merged: dict[str, Any] = {}
+        for name in sorted(member | {"all"} & set(self.groups), key=lambda g: (depth(g), g)):
+            merged.update(self.groups[name].vars)
+        merged.update(self.hosts.get(host, {}))
+        return merged
+
+    def where(self, owner: str, name: str) -> str:
+        """file:line where `owner` sets the variable `name` (or the file alone)."""
+        path = self.origins.get(owner, {}).get(name, self.source)
+        pattern = re.compile(rf"(^|\s){re.escape(name)}\s*[=:]")
+        return line_where(path, pattern.search)
 
 
 def _plain(value: Any) -> Any:
@@ -63,7 +95,11 @@ def _plugin_for(path: Path) -> str:
 
 def line_where(path: Path, wanted: Callable[[str], bool]) -> str:
     """file:line of the first line (not a comment) `wanted` accepts, or the file alone."""
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return str(path)
+    for number, line in enumerate(text.splitlines(), 1):
         if wanted(line) and not line.lstrip().startswith(("#", ";")):
             return f"{path}:{number}"
     return str(path)
@@ -76,15 +112,88 @@ def _line_hint(path: Path, message: str) -> str:
     return line_where(path, lambda line: needle.strip() in line) if needle else str(path)
 
 
-def load(path: Path) -> Inventory:
-    path = Path(path).expanduser().resolve()
+_FIX = "pass the path of your hosts.ini or hosts.yml (see inventories/example/hosts.ini)"
+
+
+def _usable_file(given: Path) -> Path:
+    """The inventory file, resolved; refused with the reason when it is not one we can read."""
+    try:
+        path = Path(given).expanduser().resolve(strict=True)
+    except FileNotFoundError:
+        raise ProvisionError("inventory file not found", where=str(given), fix=_FIX) from None
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13), ENAMETOOLONG...
+        raise ProvisionError(f"the inventory path cannot be resolved: {getattr(exc, 'strerror', None) or exc}",
+                             where=str(given), fix="pass the path of a regular file, not a broken or looping link"
+                             ) from None
+    if path.is_dir():
+        raise ProvisionError("the inventory is a folder; provision reads one inventory file (an Ansible inventory "
+                             "folder is not supported)", where=str(path),
+                             fix="pass the hosts.ini or hosts.yml inside it; group_vars/ and host_vars/ beside that "
+                                 "file are read")
     if not path.is_file():
-        raise ProvisionError("inventory file not found", where=str(path),
-                             fix="pass the path of your hosts.ini (see inventories/example/hosts.ini)")
+        raise ProvisionError("the inventory is not a regular file", where=str(path), fix=_FIX)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        raise ProvisionError(f"cannot read the inventory: {exc.strerror}", where=str(path),
+                             fix="check the file's permissions") from None
+    if head.startswith(b"#!") and os.access(path, os.X_OK):
+        raise ProvisionError("the inventory is an executable script; dynamic inventory scripts are not supported "
+                             "(it was not run)", where=str(path),
+                             fix="run it yourself and save its hosts as a YAML inventory "
+                                 "(ansible-inventory -i SCRIPT --list -y > hosts.yml), then pass that file")
+    if head.startswith(_BOM):
+        raise ProvisionError("the inventory starts with a UTF-8 byte-order mark (BOM), which Ansible reads as part "
+                             "of the first line", where=f"{path}:1", fix="save the file as UTF-8 without BOM")
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProvisionError(f"the inventory is not UTF-8 text (byte {exc.start + 1})", where=str(path),
+                             fix="save it as UTF-8 text") from None
+    return path
+
+
+def _vars_files(loader, base: Path, subdir: str, name: str) -> list[Path]:
+    """Ansible's own lookup of group_vars/<name>, <name>.yml, <name>/ beside the inventory."""
+    folder = base / subdir
+    if not folder.is_dir() or name.startswith("/"):
+        return []
+    return [Path(str(f)) for f in loader.find_vars_files(str(folder), name)]
+
+
+def _load_vars_file(loader, path: Path) -> dict[str, Any]:
+    from ansible.errors import AnsibleError
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("$ANSIBLE_VAULT"):
+        raise ProvisionError("the variables file is encrypted with ansible-vault; provision does not read vaults "
+                             "(secrets never go into its rendered files)", where=str(path),
+                             fix="keep secrets out of group_vars/host_vars given to provision: use ssh-agent, "
+                                 "--ask-become-pass, or the environment")
+    from provisioner.yamlfile import read_yaml
+
+    read_yaml(path)  # syntax errors with line and column
+    try:
+        data = loader.load_from_file(str(path), cache="none")
+    except AnsibleError as exc:
+        raise ProvisionError(f"cannot read the variables file: {exc.message}", where=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ProvisionError(f"a variables file is a mapping of names to values, not a {'list' if isinstance(data, list) else type(data).__name__}",
+                             where=f"{path}:1", fix="write `name: value` lines")
+    return data
+
+
+def load(path: Path) -> Inventory:
+    path = _usable_file(path)
     if _plugin_for(path) == "yaml":
         from provisioner.yamlfile import read_yaml
 
-        read_yaml(path)  # syntax errors with line and column, before Ansible's vaguer message
+        if read_yaml(path) is None:  # syntax errors with line and column, before Ansible's vaguer message
+            raise ProvisionError("the inventory has no hosts (the YAML file is empty)", where=str(path),
+                                 fix="add `all: {hosts: {node1: {ansible_host: 10.0.0.5}}}`")
 
     from ansible.errors import AnsibleError
     from ansible.inventory.data import InventoryData
@@ -92,45 +201,58 @@ def load(path: Path) -> Inventory:
     from ansible.plugins.loader import inventory_loader
 
     data = InventoryData()
+    loader = DataLoader()
     plugin = inventory_loader.get(_plugin_for(path))
     try:
-        plugin.parse(data, DataLoader(), str(path), cache=False)
+        plugin.parse(data, loader, str(path), cache=False)
         data.reconcile_inventory()
     except AnsibleError as exc:
-        message = str(exc.message).removeprefix("Failed to parse inventory: ")
+        message = " ".join(str(exc.message).removeprefix("Failed to parse inventory: ").split())
         if "not enough values to unpack" in message:  # Ansible's own words for a line it could not split
             message = "a line could not be read as a host, a `[group]` header or `key=value` (an unclosed `[`?)"
         raise ProvisionError(f"cannot parse the inventory: {message}", where=_line_hint(path, message),
                              fix="hosts.ini takes lines like `node1 ansible_host=10.0.0.5` under `[group]` headers; "
+                                 "a YAML inventory `all: {children: {gpu: {hosts: {node1: {ansible_host: ...}}}}}`; "
                                  "see inventories/example/hosts.ini") from None
     if not data.hosts:
         raise ProvisionError("the inventory has no hosts", where=str(path),
                              fix="add at least one host line, e.g. `node1 ansible_host=10.0.0.5`")
 
     dropped: list[str] = []
+    origins: dict[str, dict[str, Path]] = {}
+
+    def with_files(owner: str, subdir: str, name: str, variables: dict[str, Any]) -> dict[str, Any]:
+        merged = dict(variables)
+        for found in _vars_files(loader, path.parent, subdir, name):  # files win over the inventory, as in Ansible
+            for key, value in _load_vars_file(loader, found).items():
+                merged[key] = value
+                origins.setdefault(owner, {})[str(key)] = found
+        return merged
 
     def keep(owner: str, variables: dict[str, Any]) -> dict[str, Any]:
         kept = {}
-        for name, value in sorted(variables.items()):
+        for name, value in sorted(variables.items(), key=lambda kv: str(kv[0])):
+            name = str(name)
             if name in _MAGIC_VARS:
                 continue
-            if SECRET_VARS.match(name):
+            if secrets.is_secret_name(name) or secrets.holds_private_key(value) and not isinstance(value, (dict, list)):
                 dropped.append(f"{owner}: {name}")
                 continue
-            kept[str(name)] = _plain(value)
+            kept[name] = secrets.strip(_plain(value), f"{owner}: {name}", dropped)
         return kept
 
-    hosts = {name: keep(f"host {name}", host.vars) for name, host in sorted(data.hosts.items())}
+    hosts = {str(name): keep(f"host {name}", with_files(f"host {name}", "host_vars", str(name), host.vars))
+             for name, host in sorted(data.hosts.items())}
     groups = {
-        name: Group(
-            name=name,
-            hosts=sorted(h.name for h in group.hosts),
-            children=sorted(c.name for c in group.child_groups),
-            vars=keep(f"group {name}", group.vars),
+        str(name): Group(
+            name=str(name),
+            hosts=sorted(str(h.name) for h in group.hosts),
+            children=sorted(str(c.name) for c in group.child_groups),
+            vars=keep(f"group {name}", with_files(f"group {name}", "group_vars", str(name), group.vars)),
         )
         for name, group in sorted(data.groups.items())
     }
-    return Inventory(source=path, hosts=hosts, groups=groups, dropped_secrets=dropped)
+    return Inventory(source=path, hosts=hosts, groups=groups, dropped_secrets=dropped, origins=origins)
 
 
 def to_yaml_inventory(inventory: Inventory) -> dict[str, Any]:

@@ -11,6 +11,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from provisioner.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
+                                     PipRequirement, RepoUrl, SingleLine, UrlOrPath, WebUrl)
+
 DRIVER_VERSION = r"^\d{3}\.\d{2,3}(\.\d{2,3})?$"
 CUDA_VERSION = r"^\d{2}\.\d$"
 
@@ -40,7 +43,7 @@ Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"
 
 class GPU(Strict):
     count: int = Field(ge=0, le=16, description="GPUs per host; 0 for hosts without a GPU")
-    model: str | None = Field(None, description="as nvidia-smi names it, e.g. 'H100 80GB HBM3'; matched as a substring")
+    model: SingleLine | None = Field(None, description="as nvidia-smi names it, e.g. 'H100 80GB HBM3'; matched as a substring")
     architecture: Architecture | None = Field(None, description="derived from the model when left out")
     memory_gib: int | None = Field(None, ge=1, description="minimum memory per GPU")
     mig: bool = Field(False, description="expect MIG mode on (true) or off (false) on every GPU")
@@ -121,7 +124,7 @@ class Library(Strict):
 
 class Nccl(Library):
     tests: bool = Field(False, description="build nccl-tests (all_reduce_perf) for verification")
-    tests_source: str | None = Field(None, description="URL or path of the nccl-tests source tarball")
+    tests_source: UrlOrPath | None = Field(None, description="URL or path of the nccl-tests source tarball")
     tests_sha256: Sha256 | None = None
 
     @model_validator(mode="after")
@@ -136,20 +139,20 @@ class Nccl(Library):
 class Torch(Strict):
     version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
     index: str | None = Field(None, pattern=r"^(cpu|cu\d{3})$", description="wheel flavour; chosen from CUDA when left out")
-    packages: list[str] = Field(default_factory=list, description="more wheels from the same index, e.g. torchvision==0.16.2")
+    packages: list[PipRequirement] = Field(default_factory=list, description="more wheels from the same index, e.g. torchvision==0.16.2")
 
 
 class PythonEnv(Strict):
     enabled: bool = True
     manager: Literal["conda", "venv"] = "conda"
     python: str = Field("3.10", pattern=r"^3\.\d{1,2}$")
-    name: str = Field("pytorch_env", pattern=r"^[A-Za-z0-9_.-]+$")
-    prefix: str = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
-    owner: str = "root"
-    conda_installer: str | None = Field(None, description="Miniforge installer URL or path")
+    name: str = Field("pytorch_env", pattern=ENV_NAME, description="the environment's folder name (no /, not . or ..)")
+    prefix: OwnedDir = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
+    owner: str = Field("root", pattern=USER_NAME)
+    conda_installer: UrlOrPath | None = Field(None, description="Miniforge installer URL or path")
     conda_installer_sha256: Sha256 | None = None
-    conda_packages: list[str] = Field(default_factory=list)
-    packages: list[str] = Field(default_factory=list, description="pip packages installed after torch")
+    conda_packages: list[CondaSpec] = Field(default_factory=list)
+    packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after torch")
     torch: Torch | None = None
 
 
@@ -157,7 +160,7 @@ class Exporter(Strict):
     enabled: bool = True
     listen_address: IPAddress = Field("127.0.0.1", description="0.0.0.0 only when you mean every interface")
     port: int = Field(9400, ge=1, le=65535)
-    collectors: list[str] = Field(
+    collectors: list[Annotated[str, Field(pattern=COLLECTOR)]] = Field(
         default_factory=lambda: [
             "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
@@ -166,7 +169,7 @@ class Exporter(Strict):
         min_length=1,
     )
     run_as: Literal["systemd", "container"] = "systemd"
-    binary: str | None = Field(None, description="dcgm-exporter binary URL or path (systemd mode)")
+    binary: UrlOrPath | None = Field(None, description="dcgm-exporter binary URL or path (systemd mode)")
     binary_sha256: Sha256 | None = None
 
 
@@ -178,19 +181,19 @@ class Dcgm(Strict):
 class Mirrors(Strict):
     """Where packages come from; every field has a public default so only air-gapped sites set these."""
 
-    cuda_repo_url: str | None = Field(
+    cuda_repo_url: RepoUrl | None = Field(
         None, description="mirror of NVIDIA's CUDA repositories root (the folder holding ubuntu2204/, debian12/); "
                           "the distribution and architecture folders are appended")
-    apt_proxy: str | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
-    pip_index_url: str | None = None
-    pip_find_links: str | None = Field(None, description="local wheelhouse folder or URL; used before any index")
-    wheelhouse_source: str | None = Field(
+    apt_proxy: WebUrl | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
+    pip_index_url: WebUrl | None = None
+    pip_find_links: UrlOrPath | None = Field(None, description="local wheelhouse folder or URL; used before any index")
+    wheelhouse_source: ControllerPath | None = Field(
         None, description="folder of wheels on the controller, copied to each host's find-links folder; "
                           "torch is then taken from it (it must hold the torch wheel), not from the PyTorch index")
-    torch_index_url: str | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
-    conda_channels: list[str] = Field(default_factory=lambda: ["conda-forge"])
-    download_base_url: str | None = Field(None, description="where single-file downloads are mirrored")
-    ca_certificates: list[str] = Field(default_factory=list, description="extra CA certificate files (PEM) to trust")
+    torch_index_url: WebUrl | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
+    conda_channels: list[CondaChannel] = Field(default_factory=lambda: ["conda-forge"])
+    download_base_url: WebUrl | None = Field(None, description="where single-file downloads are mirrored")
+    ca_certificates: list[ControllerPath] = Field(default_factory=list, description="extra CA certificate files (PEM) to trust")
 
 
 class Verify(Strict):
@@ -209,8 +212,8 @@ class Reboot(Strict):
 
 class Profile(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    description: str
-    extends: str | None = Field(None, description="a built-in name or a path relative to this file")
+    description: SingleLine
+    extends: SingleLine | None = Field(None, description="a built-in name or a path relative to this file")
     os: OS = "ubuntu-22.04"
     hardware: Hardware
     driver: Driver
@@ -224,6 +227,10 @@ class Profile(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors)
     verify: Verify = Field(default_factory=Verify)
     reboot: Reboot = Field(default_factory=Reboot)
+    inventory_overrides: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
+        default_factory=list,
+        description="role variables this profile renders that a site may still set per host or group in its "
+                    "inventory (e.g. nvidia_driver_persistence); every other one the profile owns")
 
     @model_validator(mode="after")
     def _resolve_defaults(self) -> Profile:

@@ -67,8 +67,15 @@ class Loaded:
         return digest(self.profile)
 
 
+MAX_EXTENDS = 16  # deeper than any real hierarchy; a longer chain is a mistake, not a design
+
+
 def _raw_chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, tuple[Path, ...]]:
     path = path.resolve()
+    if len(seen) >= MAX_EXTENDS:
+        raise ProvisionError(f"the extends: chain is longer than {MAX_EXTENDS} profiles "
+                             f"({seen[0].name} -> ... -> {path.name})", where=str(seen[-1]),
+                             fix="flatten the chain: let a profile extend a built-in or one shared base")
     if path in seen:
         cycle = " -> ".join(p.name for p in (*seen, path))
         raise ProvisionError(f"profiles extend each other in a circle: {cycle}", where=str(path),
@@ -148,5 +155,8 @@ def to_yaml(profile: Profile) -> str:
 
 def digest(profile: Profile) -> str:
     """A stable hash of what the profile asks for; hosts record it to detect profile changes."""
-    canonical = json.dumps(as_dict(profile), sort_keys=True, separators=(",", ":"))
+    data = as_dict(profile)
+    if not data.get("inventory_overrides"):  # unset: the digest hosts recorded before the field existed
+        data.pop("inventory_overrides", None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -8,14 +8,16 @@ role's own default (the public upstream) applies.
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from provisioner import compat, paths
-from provisioner.errors import ProvisionError
+from provisioner import compat, outputs, paths
+from provisioner.ansible_data import dump_unsafe
 from provisioner.inventory import Inventory, to_yaml_inventory
 from provisioner.models import Profile
 from provisioner.profiles import Loaded
@@ -36,6 +38,46 @@ def _library_package(kind: str, p: Profile) -> dict[str, Any]:
             out[f"{kind}_package_version"] = f"{lib.version}-1+cuda{build}"
         out[f"{kind}_version"] = lib.version
     return out
+
+
+# Every variable role_vars can write, and the profile field that sets it. These are
+# profile-owned: an inventory may not set them (role_specs refuses it, naming the field),
+# unless the profile lists the variable in `inventory_overrides`.
+PROFILE_FIELD: dict[str, str] = {
+    "provisioner_profile": "name", "provisioner_profile_sha256": "(the profile itself)", "provisioner_os": "os",
+    "provisioner_expects_gpu": "hardware.gpu.count", "provisioner_reboot_allowed": "reboot.allowed",
+    "provisioner_reboot_timeout": "reboot.timeout_s", "common_extra_ca_certificates": "mirrors.ca_certificates",
+    "common_apt_proxy": "mirrors.apt_proxy",
+    "nvidia_driver_branch": "driver.branch", "nvidia_driver_version": "driver.version",
+    "nvidia_driver_source": "driver.source", "nvidia_driver_kernel_modules": "driver.kernel_modules",
+    "nvidia_driver_persistence": "driver.persistence", "cuda_repo_base_url": "mirrors.cuda_repo_url",
+    "cuda_repo_enabled": "driver.source / cuda.source / dcgm.enabled",
+    "fabric_manager_enabled": "fabric_manager.enabled", "fabric_manager_version": "fabric_manager.version",
+    "cuda_toolkit_enabled": "cuda.enabled", "cuda_toolkit_source": "cuda.source",
+    "cuda_toolkit_versions": "cuda.toolkits", "cuda_toolkit_default": "cuda.default",
+    **{f"{kind}_{suffix}": f"{kind}.version" for kind in ("cudnn", "nccl", "tensorrt")
+       for suffix in ("package_version", "version")},
+    "cudnn_package": "cudnn.version", "cudnn_enabled": "cudnn.enabled", "nccl_enabled": "nccl.enabled",
+    "tensorrt_enabled": "tensorrt.enabled", "nccl_tests_enabled": "nccl.tests",
+    "nccl_tests_source": "nccl.tests_source", "nccl_tests_sha256": "nccl.tests_sha256",
+    "python_env_enabled": "python_env.enabled", "python_env_manager": "python_env.manager",
+    "python_env_python": "python_env.python", "python_env_name": "python_env.name",
+    "python_env_prefix": "python_env.prefix", "python_env_owner": "python_env.owner",
+    "python_env_conda_packages": "python_env.conda_packages", "python_env_conda_channels": "mirrors.conda_channels",
+    "python_env_pip_packages": "python_env.packages", "python_env_torch_version": "python_env.torch.version",
+    "python_env_torch_index": "python_env.torch.index", "python_env_torch_packages": "python_env.torch.packages",
+    "python_env_pip_index_url": "mirrors.pip_index_url", "python_env_pip_find_links": "mirrors.pip_find_links",
+    "python_env_wheelhouse_source": "mirrors.wheelhouse_source", "python_env_torch_index_url": "mirrors.torch_index_url",
+    "python_env_conda_installer": "python_env.conda_installer",
+    "python_env_conda_installer_sha256": "python_env.conda_installer_sha256",
+    "dcgm_exporter_install_dcgm": "dcgm.enabled", "dcgm_exporter_enabled": "dcgm.exporter.enabled",
+    "dcgm_exporter_listen_address": "dcgm.exporter.listen_address", "dcgm_exporter_port": "dcgm.exporter.port",
+    "dcgm_exporter_collectors": "dcgm.exporter.collectors", "dcgm_exporter_run_as": "dcgm.exporter.run_as",
+    "dcgm_exporter_cuda_major": "driver.version", "dcgm_exporter_binary": "dcgm.exporter.binary",
+    "dcgm_exporter_binary_sha256": "dcgm.exporter.binary_sha256",
+    "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
+    "provisioner_download_base_url": "mirrors.download_base_url",
+}
 
 
 def role_vars(loaded: Loaded) -> dict[str, Any]:
@@ -118,6 +160,32 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
     return out
 
 
+def host_overrides(loaded: Loaded, inventory: Inventory, host: str) -> dict[str, Any]:
+    """The profile-owned variables the inventory sets for `host`, as the profile's
+    inventory_overrides allow (role_specs refuses every other one)."""
+    allowed = set(loaded.profile.inventory_overrides)
+    return {k: v for k, v in sorted(inventory.effective_vars(host).items()) if k in allowed}
+
+
+def host_digest(loaded: Loaded, overrides: dict[str, Any]) -> str:
+    """The digest a host records: the profile's, or, with overrides, one over both, so
+    `check` sees an override change just as it sees a profile change."""
+    if not overrides:
+        return loaded.digest
+    canonical = json.dumps({"profile_sha256": loaded.digest, "inventory_overrides": overrides}, sort_keys=True,
+                           separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _with_host_digests(loaded: Loaded, inventory: Inventory) -> Inventory:
+    hosts = {}
+    for name, variables in inventory.hosts.items():
+        overrides = host_overrides(loaded, inventory, name)
+        hosts[name] = {**variables, "provisioner_profile_sha256": host_digest(loaded, overrides)} if overrides \
+            else variables
+    return dataclasses.replace(inventory, hosts=hosts)
+
+
 def ansible_cfg(out_dir: Path, forks: int) -> str:
     return f"""\
 # Rendered by `provision render`. Use it with: ANSIBLE_CONFIG={out_dir}/ansible.cfg
@@ -144,28 +212,26 @@ def _dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
 
 
-def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20) -> list[Path]:
+def group_vars_text(loaded: Loaded) -> str:
+    """group_vars/all/provisioner.yml: the profile as role variables, every string !unsafe
+    (data, never template source: see provisioner/ansible_data.py)."""
+    header = HEADER.format(name=loaded.profile.name, digest=loaded.digest)
+    return header + dump_unsafe(role_vars(loaded))
+
+
+def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20, *, force: bool = False) -> list[Path]:
     """Write the inventory folder; returns the files written. Same input, same bytes.
 
     Only inventory files go in it: Ansible reads every other file in an inventory
-    folder as an inventory source too."""
-    out_dir = out_dir.expanduser().resolve()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ProvisionError("the output path exists and is not a folder", where=str(out_dir),
-                             fix="pass a new or existing folder with -o")
+    folder as an inventory source too. The folder must be new, empty or rendered by us
+    before (outputs.check_folder); --force writes into any other."""
     header = HEADER.format(name=loaded.profile.name, digest=loaded.digest)
-    files = {
-        out_dir / "hosts.yml": header + _dump(to_yaml_inventory(inventory)),
-        out_dir / "group_vars" / "all" / "provisioner.yml": header + _dump(role_vars(loaded)),
-        out_dir / "ansible.cfg": ansible_cfg(out_dir, forks),
+    names = {
+        "hosts.yml": header + _dump(to_yaml_inventory(_with_host_digests(loaded, inventory))),
+        "group_vars/all/provisioner.yml": group_vars_text(loaded),
     }
+    out_dir = outputs.check_folder(out_dir, [*names, "ansible.cfg"], force=force)
+    names["ansible.cfg"] = ansible_cfg(out_dir, forks)
     # Owner-only: an inventory says where a fleet is and how to reach it.
-    old_umask = os.umask(0o077)
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            path.chmod(0o600)
-    finally:
-        os.umask(old_umask)
-    return sorted(files)
+    return sorted(outputs.write_file(out_dir / name, text, force=force, mode=0o600, what=f"rendered {name}")
+                  for name, text in names.items())

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
-from provisioner.inventory import Inventory, line_where
+from provisioner.inventory import Inventory
+from provisioner.models import Profile
 
 
 @functools.cache
@@ -73,20 +72,52 @@ def problems(variables: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _line_of(path: Path, name: str) -> str:
-    pattern = re.compile(rf"(^|\s){re.escape(name)}\s*[=:]")
-    return line_where(path, pattern.search)
-
-
-def check_inventory(inventory: Inventory) -> None:
-    """Refuse the inventory when a host or group sets a role variable wrongly."""
+def _owners(inventory: Inventory) -> list[tuple[str, dict[str, Any]]]:
     owners = [(f"host {h}", v) for h, v in inventory.hosts.items()]
-    owners += [(f"group {g.name}", g.vars) for g in inventory.groups.values()]
-    for owner, variables in owners:
+    return owners + [(f"group {g.name}", g.vars) for g in inventory.groups.values()]
+
+
+def check_overrides(profile: Profile) -> None:
+    """Every name in the profile's inventory_overrides is a variable the profile renders."""
+    from provisioner.render import PROFILE_FIELD
+
+    for name in profile.inventory_overrides:
+        if name not in PROFILE_FIELD:
+            close = difflib.get_close_matches(name, list(PROFILE_FIELD), n=1)
+            raise ProvisionError(f"inventory_overrides names {name!r}, which no profile field renders "
+                                 "(an inventory may set it anyway)" + (f"; did you mean {close[0]}?" if close else ""),
+                                 fix="list only role variables the profile sets (provision render shows them in "
+                                     "group_vars/all/provisioner.yml)")
+
+
+def profile_owned(inventory: Inventory, profile: Profile) -> None:
+    """Refuse an inventory that sets a variable the profile owns (render.PROFILE_FIELD),
+    unless the profile allows it in inventory_overrides: a host must not quietly differ
+    from the validated, recorded profile (`check` would never see it)."""
+    from provisioner.render import PROFILE_FIELD
+
+    allowed = set(profile.inventory_overrides)
+    for owner, variables in _owners(inventory):
+        for name in sorted(variables):
+            if name in PROFILE_FIELD and name not in allowed:
+                raise ProvisionError(
+                    f"{owner} sets {name}, which the profile owns (profile field {PROFILE_FIELD[name]})",
+                    where=inventory.where(owner, name),
+                    fix=f"set {PROFILE_FIELD[name]} in the profile instead, or, for a per-host difference, list "
+                        f"{name} under the profile's inventory_overrides:")
+
+
+def check_inventory(inventory: Inventory, profile: Profile | None = None) -> None:
+    """Refuse the inventory when a host or group sets a role variable wrongly, or (given the
+    profile) one the profile owns."""
+    for owner, variables in _owners(inventory):
         found = problems(variables)
         if found:
             name, message = found[0]
             more = f" (and {len(found) - 1} more: {', '.join(n for n, _ in found[1:])})" if len(found) > 1 else ""
-            raise ProvisionError(f"{owner} sets {name}: {message}{more}", where=_line_of(inventory.source, name),
+            raise ProvisionError(f"{owner} sets {name}: {message}{more}", where=inventory.where(owner, name),
                                  fix="correct or remove the variable; each role's variables and types are in "
                                      "roles/<role>/meta/argument_specs.yml")
+    if profile is not None:
+        check_overrides(profile)
+        profile_owned(inventory, profile)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from provisioner import bundle, paths, profiles
+from provisioner.ansible_data import load_unsafe
 from provisioner.errors import ProvisionError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -57,7 +58,7 @@ def test_entries(built):
         assert tar.getmember("local.yml").mode == 0o644
 
         assert "localhost ansible_connection=local" in _read(tar, "inventory/hosts.ini")
-        group_vars = yaml.safe_load(_read(tar, "inventory/group_vars/all/provisioner.yml"))
+        group_vars = load_unsafe(_read(tar, "inventory/group_vars/all/provisioner.yml"))
         assert group_vars["provisioner_profile"] == "lab-driver-only"
         assert group_vars["cuda_toolkit_enabled"] is False and group_vars["python_env_enabled"] is False
         profile = yaml.safe_load(_read(tar, "profile.yml"))

@@ -84,3 +84,84 @@ def test_any_hosts_ini(tmp_path_factory, lines):
         role_specs.check_inventory(inv)
     except ProvisionError as err:
         assert str(path) in str(err) and err.fix
+
+
+# --- structure: YAML inventories, group_vars beside them, and the profile's string fields --
+
+hostnames = st.one_of(st.sampled_from(["node1", "gpu-01", "n;rm -rf /", "a b", "[x]", "{{ x }}", "-l", "é"]),
+                      st.text(string.ascii_letters + string.digits + "-_.;$ ", min_size=1, max_size=10))
+variables = st.dictionaries(
+    st.sampled_from(["ansible_host", "ansible_port", "common_apt_lock_timeout", "nvidia_driver_version",
+                     "dcgm_exporter_listen_address", "python_env_prefix", "api_key", "registry", "x", "password"]),
+    documents, max_size=4)
+group_bodies = st.fixed_dictionaries({}, optional={
+    "hosts": st.one_of(st.dictionaries(hostnames, st.one_of(st.none(), variables), max_size=3), documents),
+    "vars": st.one_of(variables, documents),
+    "children": st.dictionaries(st.sampled_from(["gpu", "infer", "all", "ungrouped", "a-b"]),
+                                st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+                                    "hosts": st.dictionaries(hostnames, st.none(), max_size=2)})), max_size=2),
+})
+
+
+def _inventory_result(path: Path) -> None:
+    try:
+        inv = inventory.load(path)
+        assert inv.hosts
+        role_specs.check_inventory(inv, profiles.load("debian12-lab").profile)
+    except ProvisionError as err:
+        assert err.message and (err.where or err.fix)
+
+
+@SETTINGS
+@given(st.one_of(st.fixed_dictionaries({"all": group_bodies}), documents),
+       st.one_of(st.none(), st.one_of(variables, documents)))
+def test_any_yaml_inventory_with_group_vars(tmp_path_factory, document, group_vars):
+    folder = tmp_path_factory.mktemp("fuzz")
+    path = folder / "hosts.yml"
+    path.write_text(yaml.safe_dump(document))
+    if group_vars is not None:
+        (folder / "group_vars").mkdir()
+        (folder / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars))
+    _inventory_result(path)
+
+
+free_text = st.one_of(st.text(max_size=40), st.sampled_from([
+    "{{ lookup('pipe', 'id') }}", "http://x\nTrusted: yes", "/", "/usr", "..", "/opt/../usr", "https://a:b@c/",
+    "javascript:x", "file://host/x", "--index-url=x", "numpy==1.0", "\u2028", "/opt/venvs", "https://ok.example/x"]))
+FIELDS = [("hardware", "gpu", "model"), ("python_env", "prefix"), ("python_env", "name"), ("python_env", "owner"),
+          ("mirrors", "apt_proxy"), ("mirrors", "cuda_repo_url"), ("mirrors", "pip_index_url"),
+          ("mirrors", "pip_find_links"), ("mirrors", "wheelhouse_source"), ("python_env", "conda_installer"),
+          ("dcgm", "exporter", "binary"), ("nccl", "tests_source"), ("description",), ("extends",)]
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(FIELDS), free_text, min_size=1, max_size=4),
+       st.lists(st.one_of(free_text, st.none()), max_size=3))
+def test_any_string_in_the_profiles_string_fields(tmp_path_factory, changes, packages):
+    data = profiles.as_dict(profiles.load("debian12-lab").profile)
+    for keys, value in changes.items():
+        section = data
+        for key in keys[:-1]:
+            section = section.setdefault(key, {})
+        section[keys[-1]] = value
+    data["python_env"]["packages"] = packages
+    path = tmp_path_factory.mktemp("fuzz") / "p.yml"
+    path.write_text(yaml.safe_dump(data))
+    try:
+        loaded = profiles.load(str(path))
+    except ProvisionError as err:
+        assert err.message
+        return
+    from provisioner.ansible_data import dump_unsafe
+    from provisioner.field_types import control_character
+    from provisioner.render import role_vars
+
+    accepted = profiles.as_dict(loaded.profile)
+    for keys in changes:
+        value = accepted
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        assert not isinstance(value, str) or control_character(value) is None, (keys, value)
+    for package in accepted["python_env"]["packages"]:
+        assert not package.startswith("-")  # never a pip option
+    assert "!unsafe" in dump_unsafe(role_vars(loaded))

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from provisioner import inventory, profiles
+from provisioner.ansible_data import load_unsafe
 from provisioner.render import render
 
 from .conftest import DATA, REPO
@@ -99,10 +99,12 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     hostvars = data["_meta"]["hostvars"]
     assert sorted(hostvars) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "login-01"]
     node = hostvars["gpu-node-03"]
-    assert node["nvidia_driver_version"] == "535.129.03"
-    assert node["fabric_manager_version"] == "535.129.03"
-    assert node["nccl_package_version"] == "2.18.5-1+cuda12.2"
-    assert node["cudnn_package_version"] == "8.9.7.29-1+cuda12.2"
-    assert node["python_env_torch_index"] == "cu121"
+    # Profile values reach Ansible marked unsafe (never templated); the inventory's own stay plain.
+    unsafe = {"__ansible_unsafe": "535.129.03"}
+    assert node["nvidia_driver_version"] == unsafe
+    assert node["fabric_manager_version"] == unsafe
+    assert node["nccl_package_version"] == {"__ansible_unsafe": "2.18.5-1+cuda12.2"}
+    assert node["cudnn_package_version"] == {"__ansible_unsafe": "8.9.7.29-1+cuda12.2"}
+    assert node["python_env_torch_index"] == {"__ansible_unsafe": "cu121"}
     assert node["ansible_python_interpreter"] == "/usr/bin/python3"
-    assert yaml.safe_load((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"
+    assert load_unsafe((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"

@@ -8,11 +8,13 @@ fix, exit code 1; --debug shows the traceback too.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import Annotated, Callable, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -50,17 +52,51 @@ def friendly(fn: Callable) -> Callable:
     def wrapper(ctx: typer.Context, *args, **kwargs):
         try:
             return fn(ctx, *args, **kwargs)
-        except ProvisionError as exc:
+        except (ProvisionError, OSError) as exc:
             s = session(ctx)
             if s.debug:
                 raise
+            if isinstance(exc, OSError):  # the machine refused something (a full disk, a permission): say which file
+                exc = ProvisionError(f"{exc.strerror or exc}", where=exc.filename and str(exc.filename),
+                                     fix="check the path and its permissions")
             s.err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper
 
 
-app = typer.Typer(help="Take GPU servers to a verified, ready-to-train state from one profile.",
+try:  # Typer 0.2x parses with its own copy of click; older ones with click itself
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover
+    from click import UsageError
+
+
+@contextlib.contextmanager
+def _usage_errors_exit_one():
+    """A mistyped option or a bad value is an error like any other: exit 1. Exit 2 means
+    "drift found / verification failed" (cron and CI act on it); click's usage errors
+    would exit 2 too."""
+    try:
+        yield
+    except UsageError as exc:
+        exc.exit_code = 1
+        raise
+
+
+class _Commands(typer.core.TyperGroup):
+    """The command group whose usage errors exit 1, at every level (options of the root,
+    of a command, of a subgroup's command: all are parsed under the root's invoke)."""
+
+    def make_context(self, *args, **kwargs):
+        with _usage_errors_exit_one():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with _usage_errors_exit_one():
+            return super().invoke(ctx)
+
+
+app = typer.Typer(cls=_Commands, help="Take GPU servers to a verified, ready-to-train state from one profile.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True)
 
 

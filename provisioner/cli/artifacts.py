@@ -3,6 +3,7 @@ run's report again (table, JSON, HTML, JUnit), and the self-applying bundle."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +11,7 @@ import typer
 
 from provisioner.cli.app import app, friendly, session
 from provisioner.cli.hosts import show
-from provisioner.cli.options import InventoryArg, Json, Junit, Profile
+from provisioner.cli.options import Force, InventoryArg, Json, Junit, Profile
 
 
 @app.command()
@@ -20,6 +21,7 @@ def monitoring(
     profile: Profile,
     inventory: InventoryArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write prometheus/ and grafana/ into.")],
+    force: Force = False,
 ) -> None:
     """Render Prometheus file_sd targets + a scrape config for the hosts' dcgm-exporters, and a Grafana dashboard."""
     from provisioner.engine import commands
@@ -27,7 +29,7 @@ def monitoring(
 
     s = session(ctx)
     target = commands.prepare(profile, inventory)
-    result = monitoring_mod.render(target.loaded, target.inventory, output)
+    result = monitoring_mod.render(target.loaded, target.inventory, output, force=force)
     for warning in result.warnings:
         s.warn(warning)
     for path in result.files:
@@ -35,7 +37,7 @@ def monitoring(
     s.say(f"{len(result.targets)} target(s); dashboard panels: {', '.join(result.panels)}")
     if result.unpanelled:
         s.say(f"collected but shown in no panel: {', '.join(result.unpanelled)}")
-    s.say(f"check: promtool check config {output.resolve()}/prometheus/scrape-dcgm.yml")
+    s.say(f"check: promtool check config {shlex.quote(str(result.files[0].parents[1] / 'prometheus' / 'scrape-dcgm.yml'))}")
 
 
 @app.command("report")
@@ -47,11 +49,17 @@ def report_command(
                                                  "HTML page to this file.")] = None,
     junit: Junit = None,
     as_json: Json = False,
+    force: Force = False,
 ) -> None:
     """Show a past run's report again (from its report.json); --html writes it as a web page."""
     from provisioner.reports import report
 
-    show(session(ctx), report.load(run_dir), as_json, junit, html)
+    from provisioner.outputs import check_file
+
+    for flag, path in (("--html", html), ("--junit", junit)):
+        if path is not None:
+            check_file(path, force=force, what=flag)
+    show(session(ctx), report.load(run_dir), as_json, junit, html, force=force)
 
 
 @app.command()
@@ -63,22 +71,30 @@ def bundle(
     cloud_init_url: Annotated[Optional[str], typer.Option(
         "--cloud-init-url", help="Also write <output>.cloud-init.yml: a #cloud-config that fetches the bundle from "
                                  "this URL (or path on the node), checks its sha256 and applies it at first boot.")] = None,
+    force: Force = False,
 ) -> None:
     """Write a self-contained tarball (playbooks, roles, resolved profile, local.yml) a node applies to itself."""
     from provisioner import bundle as bundle_mod
     from provisioner import profiles
 
+    from provisioner.outputs import check_file, write_file
+
     s = session(ctx)
+    if cloud_init_url is not None:
+        bundle_mod.check_source(cloud_init_url)  # before anything is written
     loaded = profiles.load(profile)
     for warning in bundle_mod.warnings_for(loaded):
         s.warn(warning)
-    path = bundle_mod.build(loaded, output)
+    snippet = bundle_mod.snippet_path(check_file(output, force=force, what="bundle"))
+    if cloud_init_url is not None:
+        check_file(snippet, force=force, what="cloud-init snippet")
+    path = bundle_mod.build(loaded, output, force=force)
     digest = bundle_mod.sha256_of(path)
     s.say(f"{path}  sha256 {digest}")
-    if cloud_init_url:
-        snippet = path.with_name(path.name.removesuffix(".gz").removesuffix(".tar") + ".cloud-init.yml")
-        snippet.write_text(bundle_mod.cloud_init(cloud_init_url, digest,
-                                                 pip_index_url=loaded.profile.mirrors.pip_index_url), encoding="utf-8")
+    if cloud_init_url is not None:
+        write_file(snippet, bundle_mod.cloud_init(cloud_init_url, digest,
+                                                  pip_index_url=loaded.profile.mirrors.pip_index_url),
+                   force=force, what="cloud-init snippet")
         s.say(f"cloud-init: {snippet}")
-    s.say(f"apply on a node (root): mkdir -p /opt/provisioner/bundle && tar -xzf {path.name} "
+    s.say(f"apply on a node (root): mkdir -p /opt/provisioner/bundle && tar -xzf {shlex.quote(path.name)} "
           "-C /opt/provisioner/bundle && /opt/provisioner/bundle/apply.sh")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +14,7 @@ import typer
 
 from provisioner.cli.app import Session, app, friendly, session
 from provisioner.cli.options import (DEFAULT_RUNS_DIR, AskBecomePass, Batch, BecomeMethod, BecomePasswordFile, Fleet,
-                                     Forks, InventoryArg, Json, Junit, Limit, MaxFail, Output, Profile, RunsDir)
+                                     Force, Forks, InventoryArg, Json, Junit, Limit, MaxFail, Output, Profile, RunsDir)
 
 
 def _warn_dropped(s: Session, target) -> None:
@@ -29,6 +30,7 @@ def render(
     inventory: InventoryArg,
     output: Output,
     forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
+    force: Force = False,
 ) -> None:
     """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""
     from provisioner import paths
@@ -38,9 +40,11 @@ def render(
     s = session(ctx)
     target = commands.prepare(profile, inventory)
     _warn_dropped(s, target)
-    for path in render_dir(target.loaded, target.inventory, output, forks):
+    written = render_dir(target.loaded, target.inventory, output, forks, force=force)
+    for path in written:
         s.say(str(path))
-    s.say(f"run: ANSIBLE_CONFIG={output.resolve()}/ansible.cfg ansible-playbook {paths.FQCN}.site")
+    cfg = shlex.quote(f"{written[0].parent}/ansible.cfg")
+    s.say(f"run: ANSIBLE_CONFIG={cfg} ansible-playbook {paths.FQCN}.site")
 
 
 def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
@@ -55,11 +59,12 @@ def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet
         report = commands.execute(command, target, runs_dir=fleet.runs_dir, limit=fleet.limit, forks=fleet.forks,
                                   batch=fleet.batch, max_fail=fleet.max_fail, hook=progress, become=become,
                                   **options)
-    show(s, report, fleet.as_json, fleet.junit)
+    show(s, report, fleet.as_json, fleet.junit, force=fleet.force)
     raise typer.Exit(report.exit_code)
 
 
-def show(s: Session, report, as_json: bool, junit: Path | None, html: Path | None = None) -> None:
+def show(s: Session, report, as_json: bool, junit: Path | None, html: Path | None = None, *,
+         force: bool = False) -> None:
     """The report as a table (or JSON on stdout), and the files asked for beside it."""
     from provisioner.reports.table import render_table
 
@@ -70,11 +75,11 @@ def show(s: Session, report, as_json: bool, junit: Path | None, html: Path | Non
     if html is not None:
         from provisioner.reports import html as html_report
 
-        s.say(f"html: {html_report.write(report, html)}", to_err=as_json)
+        s.say(f"html: {html_report.write(report, html, force=force)}", to_err=as_json)
     if junit is not None:
         from provisioner.reports import junit as junit_mod
 
-        s.say(f"junit: {junit_mod.write(report, junit)}", to_err=as_json)
+        s.say(f"junit: {junit_mod.write(report, junit, force=force)}", to_err=as_json)
 
 
 def _read_only_command(command: str, doc: str) -> None:
@@ -83,10 +88,11 @@ def _read_only_command(command: str, doc: str) -> None:
     @friendly
     def handler(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None,
                 forks: Forks = None, as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
-                max_fail: MaxFail = None, junit: Junit = None, ask_become_pass: AskBecomePass = False,
-                become_password_file: BecomePasswordFile = None, become_method: BecomeMethod = "sudo") -> None:
+                max_fail: MaxFail = None, junit: Junit = None, force: Force = False,
+                ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
+                become_method: BecomeMethod = "sudo") -> None:
         talk_to_hosts(session(ctx), command, profile, inventory, Fleet.of(
-            limit, forks, as_json, runs_dir, batch, max_fail, junit, ask_become_pass=ask_become_pass,
+            limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
             become_password_file=become_password_file, become_method=become_method))
 
     handler.__doc__ = doc
@@ -100,7 +106,8 @@ _read_only_command("verify", "Verify the hosts against the profile (nvidia-smi a
 @app.command("up")
 @friendly
 def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-       as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None, junit: Junit = None,
+       as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
+       junit: Junit = None, force: Force = False,
        full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
                                                          "as its last converge with this profile left it.")] = False,
        ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
@@ -111,7 +118,7 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
 
     --full converges it anyway; verify runs on every host."""
     talk_to_hosts(session(ctx), "up", profile, inventory, Fleet.of(
-        limit, forks, as_json, runs_dir, batch, max_fail, junit, ask_become_pass=ask_become_pass,
+        limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
         become_password_file=become_password_file, become_method=become_method), full=full)
 
 
@@ -119,7 +126,7 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
 @friendly
 def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
           as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
-          junit: Junit = None,
+          junit: Junit = None, force: Force = False,
           deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
                                                             "(slower; also sees what a changed profile would do).")] = False,
           ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
@@ -130,5 +137,5 @@ def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: 
 
     --deep runs the converge in check mode with diffs instead (slower)."""
     talk_to_hosts(session(ctx), "check", profile, inventory, Fleet.of(
-        limit, forks, as_json, runs_dir, batch, max_fail, junit, ask_become_pass=ask_become_pass,
+        limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
         become_password_file=become_password_file, become_method=become_method), deep=deep)

@@ -36,6 +36,8 @@ BecomePasswordFile = Annotated[Optional[Path], typer.Option(
     "--become-password-file", help="A file holding the become password (for cron and CI; keep it owner-only).")]
 BecomeMethod = Annotated[str, typer.Option("--become-method", help="How the plays gain root: sudo, su, doas, ...")]
 BECOME_METHODS = ("sudo", "su", "doas", "pbrun", "pfexec", "dzdo", "ksu", "runas", "machinectl", "sesu")
+Force = Annotated[bool, typer.Option("--force", help="Replace output files provision did not write, write into a "
+                                     "non-empty folder, or replace a symbolic link (never a device or a folder).")]
 DEFAULT_RUNS_DIR = Path("provision-runs")
 
 
@@ -50,14 +52,20 @@ class Fleet:
     batch: str | None = None
     max_fail: int | None = None
     junit: Path | None = None
+    force: bool = False
     become: Become = field(default_factory=Become)
 
     @classmethod
     def of(cls, limit: str | None, forks: int | None, as_json: bool, runs_dir: Path, batch: str | None,
-           max_fail: str | None, junit: Path | None, *, ask_become_pass: bool = False,
+           max_fail: str | None, junit: Path | None, force: bool = False, *, ask_become_pass: bool = False,
            become_password_file: Path | None = None, become_method: str = "sudo") -> Fleet:
+        if junit is not None:  # refused before any host is touched, not after the run
+            from provisioner.outputs import check_file
+
+            check_file(junit, force=force, what="--junit")
         become = parse_become(ask_become_pass, become_password_file, become_method)
-        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit, become)
+        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit, force,
+                   become)
 
 
 def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:

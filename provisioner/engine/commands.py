@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from provisioner import inventory as inventory_mod
+from provisioner import outputs
+from provisioner.errors import ProvisionError
 from provisioner.judge import preflight as preflight_mod
 from provisioner import profiles
 from provisioner import role_specs
@@ -43,11 +46,19 @@ class Target:
     loaded: profiles.Loaded
     inventory: inventory_mod.Inventory
 
+    def digest_for(self, host: str | None) -> str:
+        """The digest `host` records when converged: the profile's, with its overrides."""
+        from provisioner.render import host_digest, host_overrides
+
+        if host is None or host not in self.inventory.hosts:
+            return self.loaded.digest
+        return host_digest(self.loaded, host_overrides(self.loaded, self.inventory, host))
+
 
 def prepare(profile_ref: str, inventory_path: Path) -> Target:
     """Validate everything the run needs; raises ProvisionError before any host is touched."""
     loaded, inventory = profiles.load(profile_ref), inventory_mod.load(inventory_path)
-    role_specs.check_inventory(inventory)
+    role_specs.check_inventory(inventory, loaded.profile)
     return Target(loaded, inventory)
 
 
@@ -57,15 +68,21 @@ def _now() -> str:
 
 def new_run_dir(base: Path, command: str, profile: str) -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for n in range(1, 1000):
-        path = base / (f"{stamp}-{command}-{profile}" + (f"-{n}" if n > 1 else ""))
-        try:
-            path.mkdir(mode=0o700)
-            return path.resolve()
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"cannot create a run folder under {base}")
+    fix = "pass --runs-dir (or $PROVISION_RUNS_DIR) naming a folder you can write to"
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for n in range(1, 1000):
+            path = base / (f"{stamp}-{command}-{profile}" + (f"-{n}" if n > 1 else ""))
+            try:
+                path.mkdir(mode=0o700)
+                return path.resolve()
+            except FileExistsError:
+                continue
+    except FileExistsError:
+        raise ProvisionError("the runs folder is a file, not a folder", where=str(base), fix=fix) from None
+    except OSError as exc:
+        raise ProvisionError(f"cannot create a run folder: {exc.strerror or exc}", where=str(base), fix=fix) from None
+    raise ProvisionError("cannot create a run folder: 999 runs this second already", where=str(base), fix=fix)
 
 
 def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
@@ -92,7 +109,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
                 host.status = "changed"
         elif step == "check":
             state = result.reported.get("provisioner_state") or {}
-            host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target))
+            host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target, name))
             for item, detail in drift.state_drift(state):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
@@ -102,7 +119,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             host.changed_tasks.extend(result.changed_tasks)
             host.diffs.update(result.diffs)
             recorded = (result.facts.get("ansible_local") or {}).get("provisioner") or {}
-            host.checks.extend(drift.recorded_profile_check(recorded, target))
+            host.checks.extend(drift.recorded_profile_check(recorded, target, name))
             if result.changed_tasks:
                 host.status = "drift"
         elif step == "verify":
@@ -174,8 +191,12 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
         extravars["provisioner_max_fail_percentage"] = max_fail
     run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
     inventory_dir = run_dir / "inventory"
-    render(loaded, target.inventory, inventory_dir, forks or 20)
-    (run_dir / "profile.yml").write_text(profiles.to_yaml(loaded.profile), encoding="utf-8")
+    try:
+        render(loaded, target.inventory, inventory_dir, forks or 20)
+        outputs.write_file(run_dir / "profile.yml", profiles.to_yaml(loaded.profile), mode=0o600)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)  # no empty run record for a run that never started
+        raise
     report = Report(command, loaded.profile.name, loaded.digest, str(target.inventory.source), run_dir,
                     started=_now(), interrupted=True)
     report.write()  # "interrupted" until the last step says otherwise
@@ -212,7 +233,8 @@ def _skip_converged(report: Report, run: PlaybookRun, target: Target) -> set[str
     skip = set()
     for host in report.hosts:
         result = run.hosts.get(host.name)
-        if result and not host.broken and drift.in_recorded_state(result.reported.get("provisioner_state") or {}, target):
+        if result and not host.broken and drift.in_recorded_state(result.reported.get("provisioner_state") or {}, target,
+                                                                           host.name):
             skip.add(host.name)
             host.checks.append(passed("converge", "skipped: the host is in the state its last converge with this "
                                                   "profile recorded (provision up --full converges anyway)"))

@@ -22,17 +22,20 @@ def state_drift(state: dict) -> list[tuple[str, str]]:
     return found
 
 
-def in_recorded_state(state: dict, target: Target) -> bool:
+def in_recorded_state(state: dict, target: Target, host: str | None = None) -> bool:
     """Converged with this very profile and nothing managed has moved since: no converge needed."""
-    return bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target)
+    return bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target, host)
 
 
-def recorded_profile_check(recorded: dict, target: Target):
-    name, digest = target.loaded.profile.name, target.loaded.digest
+def recorded_profile_check(recorded: dict, target: Target, host: str | None = None):
+    """The host's record against the profile asked for (and the host's allowed
+    inventory_overrides, which are part of the digest it records)."""
+    name, digest = target.loaded.profile.name, target.digest_for(host)
     if not recorded:
         return [failed("recorded profile", "this host was never converged by provision (no local fact)")]
     if recorded.get("profile") != name:
         return [failed("recorded profile", f"converged with profile {recorded.get('profile')!r}, not {name!r}")]
     if recorded.get("profile_sha256") != digest:
-        return [failed("recorded profile", "the profile changed since this host was converged (re-run provision up)")]
+        what = "the profile or this host's inventory_overrides" if digest != target.loaded.digest else "the profile"
+        return [failed("recorded profile", f"{what} changed since this host was converged (re-run provision up)")]
     return []

@@ -95,8 +95,8 @@ def render(report: dict[str, Any] | Report) -> str:
     )
 
 
-def write(report: dict[str, Any] | Report, path: Path) -> Path:
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(report), encoding="utf-8")
-    return path
+def write(report: dict[str, Any] | Report, path: Path, *, force: bool = False) -> Path:
+    from provisioner.outputs import check_file, write_file
+
+    check_file(path, force=force, what="--html")  # before rendering: a bad path fails fast
+    return write_file(path, render(report), force=force, what="--html")

@@ -15,7 +15,6 @@ Same report, same bytes: no wall-clock time is written except the report's own s
 
 from __future__ import annotations
 
-import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -112,13 +111,11 @@ def to_xml(report: Report) -> ET.Element:
     return root
 
 
-def write(report: Report, path: Path) -> Path:
-    """Write the JUnit XML file (its folder is created); returns the path."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write(report: Report, path: Path, *, force: bool = False) -> Path:
+    """Write the JUnit XML file (its folder is created, atomically); returns the path."""
+    from provisioner.outputs import write_file
+
     tree = ET.ElementTree(to_xml(report))
     ET.indent(tree)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tree.write(tmp, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, path)
-    return path
+    text = ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=False)
+    return write_file(path, "<?xml version='1.0' encoding='utf-8'?>\n" + text + "\n", force=force, what="--junit")

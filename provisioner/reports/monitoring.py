@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import paths
+from provisioner import outputs, paths
 from provisioner.errors import ProvisionError
 from provisioner.inventory import Inventory
 from provisioner.profiles import Loaded
@@ -152,24 +152,22 @@ def warnings_for(loaded: Loaded, inventory: Inventory) -> list[str]:
     return out
 
 
-def render(loaded: Loaded, inventory: Inventory, out_dir: Path) -> Monitoring:
-    """Write the targets, the scrape config and the dashboard; same input, same bytes."""
-    out_dir = Path(out_dir).expanduser().resolve()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ProvisionError("the output path exists and is not a folder", where=str(out_dir),
-                             fix="pass a new or existing folder with -o")
+def render(loaded: Loaded, inventory: Inventory, out_dir: Path, *, force: bool = False) -> Monitoring:
+    """Write the targets, the scrape config and the dashboard; same input, same bytes.
+
+    The folder must be new, empty or rendered by us before (outputs.check_folder)."""
     board, unpanelled = dashboard(loaded)
     sd = targets(loaded, inventory)
-    files = {
-        out_dir / "prometheus" / "dcgm-targets.json": json.dumps(sd, indent=2) + "\n",
-        out_dir / "prometheus" / "scrape-dcgm.yml": scrape_config(loaded, "dcgm-targets.json"),
-        out_dir / "grafana" / "dcgm-dashboard.json": json.dumps(board, indent=2) + "\n",
+    names = {
+        "prometheus/dcgm-targets.json": json.dumps(sd, indent=2) + "\n",
+        "prometheus/scrape-dcgm.yml": scrape_config(loaded, "dcgm-targets.json"),
+        "grafana/dcgm-dashboard.json": json.dumps(board, indent=2) + "\n",
     }
-    old_umask = os.umask(0o022)  # read by the Prometheus and Grafana services' own users
+    out_dir = outputs.check_folder(out_dir, list(names), force=force)
+    old_umask = os.umask(0o022)  # folders read by the Prometheus and Grafana services' own users
     try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+        files = [outputs.write_file(out_dir / name, text, force=force, mode=0o644, what=f"output {name}")
+                 for name, text in names.items()]
     finally:
         os.umask(old_umask)
     return Monitoring(files=sorted(files), targets=[t["targets"][0] for t in sd],

@@ -16,6 +16,7 @@ JSON shape (stable; new keys may be added, none removed or renamed):
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from provisioner.errors import ProvisionError
 from provisioner.judge.checks import Check
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED_CHECKS = 0, 1, 2
+HOST_STATUSES = ("ok", "changed", "drift", "not-verified", "failed", "unreachable")
+CHECK_STATUSES = ("pass", "fail", "skip")
 
 
 @dataclass
@@ -93,7 +96,9 @@ class Report:
         bad = [h.name for h in self.hosts if h.broken]
         if not bad:
             return None
-        return f"provision {self.command} --profile {self.profile} {self.inventory} --limit {','.join(bad)}"
+        # Shell-quoted: a host or file name may hold `;` or a space, and people paste this.
+        words = ["provision", self.command, "--profile", self.profile, self.inventory, "--limit", ",".join(bad)]
+        return " ".join(shlex.quote(w) for w in words)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +111,9 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any], run_dir: Path | None = None) -> Report:
         """A Report again from its as_dict() shape (exit_code, verdict and retry are recomputed)."""
+        where = str(run_dir) if run_dir else None
+        for n, h in enumerate(data.get("hosts") or []):
+            _check_host_entry(n, h, where)
         try:
             hosts = [
                 HostReport(
@@ -129,10 +137,31 @@ class Report:
                                  where=str(run_dir) if run_dir else None) from None
 
     def write(self) -> Path:
-        path = self.run_dir / "report.json"
-        path.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
-        path.chmod(0o600)
-        return path
+        from provisioner.outputs import write_file
+
+        # Atomic: a run killed while writing it leaves the previous report, never half of one.
+        return write_file(self.run_dir / "report.json", json.dumps(self.as_dict(), indent=2) + "\n", mode=0o600,
+                          what="report")
+
+
+def _check_host_entry(n: int, h: Any, where: str | None) -> None:
+    """One hosts[] entry of a report.json, refused with its index when it is not what we write."""
+    fix = "this report.json was edited or written by another tool; re-run the command for a new one"
+    if not isinstance(h, dict):
+        raise ProvisionError(f"hosts[{n}] is a {type(h).__name__}, not a host entry", where=where, fix=fix)
+    name = h.get("name")
+    if not isinstance(name, str) or not name or any(ord(c) < 32 for c in name):
+        raise ProvisionError(f"hosts[{n}].name {name!r} is not a host name", where=where, fix=fix)
+    if h.get("status") not in HOST_STATUSES:
+        raise ProvisionError(f"host {name}: unknown status {h.get('status')!r} (one of {', '.join(HOST_STATUSES)})",
+                             where=where, fix=fix)
+    checks = h.get("checks") or []
+    if not isinstance(checks, list):
+        raise ProvisionError(f"host {name}: checks is not a list", where=where, fix=fix)
+    for c in checks:
+        if not isinstance(c, dict) or c.get("status") not in CHECK_STATUSES or "name" not in c:
+            raise ProvisionError(f"host {name}: check {c!r} is not a check (name, status "
+                                 f"{'/'.join(CHECK_STATUSES)}, detail)", where=where, fix=fix)
 
 
 def _report_json(run_dir: Path) -> Path:
