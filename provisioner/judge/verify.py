@@ -67,8 +67,9 @@ def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
 
     def is_model(name: str) -> bool:  # the plain table cuts long names: "NVIDIA GeForce RTX 4080 ..."
         if name.endswith("..."):
-            return want.model.lower().startswith(name[:-3].replace("NVIDIA ", "").replace("GeForce ", "").lower()) \
-                or name[:-3].lower() in f"nvidia {want.model}".lower()
+            cut = name[:-3].strip()
+            return want.model.lower().startswith(cut.replace("NVIDIA ", "").replace("GeForce ", "").lower()) \
+                or cut.lower() in f"nvidia {want.model}".lower() or cut.lower() in f"nvidia geforce {want.model}".lower()
         return want.model.lower() in name.lower()
 
     wrong = sorted({g.name for g in gpus if not is_model(g.name)})
@@ -187,8 +188,8 @@ def judge_health(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
         checks.append(failed("ecc errors", f"{'; '.join(bad)} ECC error(s) since the driver loaded (threshold: "
                                            f"{limits.ecc_uncorrectable_max} uncorrectable): drain, reset the GPU; RMA if "
                                            "they return") if bad
-                      else passed("ecc errors", f"{limits.ecc_uncorrectable_max} or fewer uncorrectable ECC errors on "
-                                                f"all {len(counted)} GPU(s)"))
+                      else passed("ecc errors", f"uncorrectable ECC errors within the threshold "
+                                                f"({limits.ecc_uncorrectable_max}) on all {len(counted)} GPU(s)"))
     # memory repair: row remapping (Ampere and later) or page retirement (before)
     remap = [(i, g, h) for i, g, h in gpus if h.remap_pending is not None or h.remap_failure is not None]
     retire = [(i, g, h) for i, g, h in gpus if h.retired_sbe is not None or h.retired_dbe is not None]
@@ -213,7 +214,8 @@ def judge_health(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
             checks.append(failed("retired pages", f"page retirement pending on {', '.join(pending)}: reboot (or reload "
                                                   "the driver) to retire them"))
         elif not remap:
-            checks.append(passed("retired pages", f"{max(total.values())} or fewer retired pages per GPU, none pending"))
+            checks.append(passed("retired pages", f"at most {max(total.values())} retired page(s) per GPU (limit "
+                                                  f"{limits.retired_pages_max}), none pending"))
     if not remap and not retire:
         checks.append(skipped("memory repair", "no row-remap or page-retirement readings on these GPUs"))
     # PCIe link: the generation (and on some boards the width) drops at idle by design
