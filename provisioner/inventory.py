@@ -206,8 +206,11 @@ def load(path: Path) -> Inventory:
     try:
         plugin.parse(data, loader, str(path), cache=False)
         data.reconcile_inventory()
-    except AnsibleError as exc:
-        message = " ".join(str(exc.message).removeprefix("Failed to parse inventory: ").split())
+    # Ansible raises a bare Exception for some structures ("can't add group to itself" for
+    # `all: {children: {all: }}`): every failure of its parser is the inventory's, not ours.
+    except Exception as exc:  # noqa: BLE001
+        text = exc.message if isinstance(exc, AnsibleError) else str(exc)
+        message = " ".join(str(text).removeprefix("Failed to parse inventory: ").split())
         if "not enough values to unpack" in message:  # Ansible's own words for a line it could not split
             message = "a line could not be read as a host, a `[group]` header or `key=value` (an unclosed `[`?)"
         raise ProvisionError(f"cannot parse the inventory: {message}", where=_line_hint(path, message),

@@ -202,6 +202,10 @@ class Verify(Strict):
     require_idle_gpus: bool = Field(False, description="fail when compute processes hold the GPUs")
     require_persistence_mode: bool = True
     require_ecc: bool | None = Field(None, description="None: report ECC without judging it")
+    ecc_uncorrectable_max: int | None = Field(
+        None, ge=0, description="volatile uncorrectable ECC errors tolerated (None: the SKU's, data/gpu_skus.yml)")
+    ecc_correctable_max: int | None = Field(
+        None, ge=0, description="volatile correctable ECC errors tolerated (None: the SKU's, often not judged)")
     dcgm_diag_level: Literal[0, 1, 2, 3] = Field(1, description="0 skips dcgmi diag")
 
 

@@ -94,7 +94,7 @@ VERDICTS = {
     "nvidia-smi/errors/nvidia-smi__version-mismatch__nvml-570.124__tinygrad-open-gpu-kernel-modules-issue-47.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "version mismatch"),
     "nvidia-smi/errors/nvidia-smi__no-devices-found__open-gpu-kernel-modules-issue-862.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "no devices found"),
     "nvidia-smi/errors/nvidia-smi__device-handle-unknown-error__nvidia-docker-issue-1553.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "GPU lost"),
-    "nvidia-smi/errors/nvidia-smi__nvml-unknown-error__in-container__nvidia-container-toolkit-issue-1227.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "GPU lost"),
+    "nvidia-smi/errors/nvidia-smi__nvml-unknown-error__in-container__nvidia-container-toolkit-issue-1227.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "device-access or cgroup problem"),
     "nvidia-smi/errors/nvidia-smi__libnvidia-ml-not-found__nvidia-docker-issue-1163.txt": (SMI_ERROR, H100, "fail", "nvidia-smi", "NVML library not found"),
     # nvidia-smi -L
     "nvidia-smi/text/nvidia-smi-L__h100-80gb-hbm3-mig-7x1g.10gb__driver-unstated__cloud-native-docs.txt": (GPUS, H100_1, "fail", "mig", "7 MIG device(s)"),

@@ -123,7 +123,12 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             if result.changed_tasks:
                 host.status = "drift"
         elif step == "verify":
-            host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
+            try:
+                host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
+            except Exception as exc:  # noqa: BLE001 - a judge bug fails this host's verify, the run goes on
+                host.checks.append(failed("verify", f"judging this host's verification report raised "
+                                                    f"{type(exc).__name__}: {exc} (a bug: please report it with the "
+                                                    "run folder)"))
     report.errors.extend(run.errors)
     report.hosts.sort(key=lambda h: h.name)
 

@@ -1,9 +1,12 @@
-"""Judging what gpu_verify collected against the profile: one check per question, each
-pass / fail / skip with its reason.
+"""Judging what gpu_verify collected (one gpu_probe call, plus the opt-in nccl-tests, dcgmi
+diag and exporter scrape) against the profile: one check per question, each pass / fail /
+skip with its reason.
 
-The readers in nvidia_smi.py, nccl_tests.py and dcgm.py turn raw tool output into data;
-this module only decides. On a host without a GPU the GPU checks say "no GPU present"
-plainly, and pass only when the profile expects no GPU.
+The readers in parsers/ turn raw tool output into data; this module only decides. On a
+host without a GPU the GPU checks say "no GPU present" plainly, and pass only when the
+profile expects no GPU. Judges never crash and never pass on nothing: a reader that cannot
+read its input fails that check naming the reader and the text; a check over zero GPUs is
+never a pass.
 """
 
 from __future__ import annotations
@@ -12,20 +15,37 @@ import json
 import re
 from typing import Any
 
-from provisioner import compat
+from provisioner import compat, skus
+from provisioner.parsers import kernel_log
 from provisioner.parsers import nccl_tests
 from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
 from provisioner.judge.checks import Check, failed, passed, skipped
 from provisioner.models import Profile
 
-# nvidia-smi reports less than the nominal size: H100 80GB shows 81559 MiB (79.6 GiB), and
-# an L40S 48GB with ECC on shows 46068 MiB (45.0 GiB): ECC on GDDR takes ~6% (real captures).
-MEMORY_SLACK = 0.92
+
+
+MEMORY_SLACK = skus.MEMORY_SLACK
 
 
 def _truthy(value: Any) -> bool:
     return value in (True, "True", "true", 1, "1")
+
+
+def _guard(name: str, judge_fn, *args) -> list[Check]:
+    """One judge, its failures made checks: a reader that cannot read its input fails `name`
+    naming the reader and the text; any other exception fails it naming the exception."""
+    try:
+        return judge_fn(*args)
+    except nvidia_smi.Unreadable as exc:
+        return [failed(name, f"{exc.reader} could not read {nvidia_smi.snippet(exc.text)!r}"
+                             + (f" ({exc.why})" if exc.why else ""))]
+    except Exception as exc:  # noqa: BLE001 - one bad input must not end the host's (or the run's) judging
+        return [failed(name, f"the {judge_fn.__name__} judge raised {type(exc).__name__}: {exc}")]
+
+
+def _gpu_label(index: int, gpu: nvidia_smi.Gpu) -> str:
+    return f"GPU {index}" + (f" ({gpu.bus_id})" if gpu.bus_id else "")
 
 
 # --- nvidia-smi ----------------------------------------------------------------------------
@@ -38,21 +58,31 @@ def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
     if not profile.expects_gpu:
         return [passed("gpus", f"{len(gpus)} GPU(s) present; the profile expects none")]
     checks = [(passed if len(gpus) == want.count else failed)("gpu count", f"{len(gpus)} GPU(s), profile expects {want.count}")]
+    if report.errors:
+        checks.append(failed("gpu readings", "nvidia-smi could not read: " + "; ".join(report.errors)[:400]
+                             + " (ERR!: a GPU that does not answer; read dmesg for an Xid)"))
+    if not gpus:  # never "every GPU is a X" over no GPU
+        checks.append(failed("gpu model", f"no GPU was read from nvidia-smi's {report.source} output"))
+        return checks + _versions(profile, report) + _idle(profile, report)
 
     def is_model(name: str) -> bool:  # the plain table cuts long names: "NVIDIA GeForce RTX 4080 ..."
         if name.endswith("..."):
-            return want.model.lower().startswith(name[:-3].replace("NVIDIA ", "").replace("GeForce ", "").lower()) \
-                or name[:-3].lower() in f"nvidia {want.model}".lower()
+            cut = name[:-3].strip()
+            return want.model.lower().startswith(cut.replace("NVIDIA ", "").replace("GeForce ", "").lower()) \
+                or cut.lower() in f"nvidia {want.model}".lower() or cut.lower() in f"nvidia geforce {want.model}".lower()
         return want.model.lower() in name.lower()
 
     wrong = sorted({g.name for g in gpus if not is_model(g.name)})
     checks.append(failed("gpu model", f"{', '.join(wrong)} is not a {want.model}") if wrong
                   else passed("gpu model", f"every GPU is a {want.model}"))
     sizes = [g.memory_mib for g in gpus if g.memory_mib is not None]
-    if want.memory_gib and sizes:
-        small = [s for s in sizes if s < want.memory_gib * 1024 * MEMORY_SLACK]
-        checks.append(failed("gpu memory", f"{len(small)} GPU(s) have {min(small)} MiB, under {want.memory_gib} GiB")
-                      if small else passed("gpu memory", f"every GPU has {min(sizes)} MiB (~{want.memory_gib} GiB)"))
+    limits = skus.thresholds(profile, gpus[0].name)
+    if limits.memory_mib_min and sizes:
+        small = [s for s in sizes if s < limits.memory_mib_min]
+        checks.append(failed("gpu memory", f"{len(small)} GPU(s) have {min(small)} MiB, under {limits.memory_mib_min} MiB "
+                                           f"({limits.memory_from})")
+                      if small else passed("gpu memory", f"every GPU has {min(sizes)} MiB (>= {limits.memory_mib_min} MiB, "
+                                                         f"{limits.memory_from})"))
     checks += _versions(profile, report)
     persistence = [g.persistence for g in gpus if g.persistence is not None]
     if profile.verify.require_persistence_mode and persistence:
@@ -74,10 +104,14 @@ def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
         checks.append(failed("mig", f"MIG mode differs from the profile ({state}) on {len(wrong_mig)} GPU(s)"
                              + (f"; {report.mig_devices} MIG device(s)" if report.mig_devices else ""))
                       if wrong_mig else passed("mig", f"MIG mode {state} on every GPU"))
+    return checks + _idle(profile, report)
+
+
+def _idle(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
     if profile.verify.require_idle_gpus and report.processes is not None:
-        checks.append(failed("idle", f"{report.processes} compute process(es) hold the GPUs") if report.processes
-                      else passed("idle", "no compute processes on the GPUs"))
-    return checks
+        return [failed("idle", f"{report.processes} compute process(es) hold the GPUs") if report.processes
+                else passed("idle", "no compute processes on the GPUs")]
+    return []
 
 
 def _versions(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
@@ -85,10 +119,19 @@ def _versions(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
     if report.driver:
         checks.append(passed("driver version", f"{report.driver} loaded") if report.driver == profile.driver.version
                       else failed("driver version", f"loaded {report.driver}, profile pins {profile.driver.version}"))
-    if report.cuda:
-        ok = compat.version(report.cuda) >= compat.version(profile.cuda.default)
+    elif profile.expects_gpu and report.source in ("table", "q", "xml"):  # these forms always carry it
+        checks.append(failed("driver version", f"nvidia-smi's {report.source} output names no driver version"))
+    toolkit = profile.cuda.default if profile.cuda.enabled else None
+    if report.cuda and toolkit:
+        ok = compat.version(report.cuda) >= compat.version(toolkit)
         checks.append((passed if ok else failed)(
-            "driver cuda", f"the driver supports CUDA {report.cuda}; the toolkit is {profile.cuda.default}"))
+            "driver cuda", f"the driver supports CUDA {report.cuda}; the toolkit is {toolkit}"))
+    elif report.cuda_note and profile.expects_gpu:
+        checks.append(failed("driver cuda", f"nvidia-smi prints CUDA Version: {report.cuda_note}: the driver's CUDA "
+                                            "library (libcuda.so) is missing or does not load; reinstall the driver's "
+                                            "user-space packages (provision up)"))
+    elif report.cuda:
+        checks.append(skipped("driver cuda", f"the driver supports CUDA {report.cuda}; the profile installs no toolkit"))
     return checks
 
 
@@ -107,14 +150,172 @@ def judge_nvidia_smi(profile: Profile, smi: dict[str, Any]) -> list[Check]:
         if not profile.expects_gpu:
             return [passed("gpus", "no GPU present and none expected (nvidia-smi is not installed)")]
         return [failed("nvidia-smi", "nvidia-smi is not installed: the driver is missing; run provision up")]
+    if _truthy(smi.get("timed_out")):
+        return [failed("nvidia-smi", f"nvidia-smi did not answer within {smi.get('timeout', '?')} s: a hung GPU or "
+                                     "driver; read dmesg for an Xid")]
     if rc != 0:
         return judge_smi_failure(profile, f"{smi.get('stdout', '')}\n{smi.get('stderr', '')}", rc)
-    return judge_gpus(profile, nvidia_smi.read(smi.get("stdout", "")))
+    report = nvidia_smi.read(str(smi.get("stdout", "")))
+    return judge_gpus(profile, report) + (judge_health(profile, report) if report.source == "xml" else [])
+
+
+# --- GPU health (from -q -x) ---------------------------------------------------------------
+
+# Clock-event reasons that mean trouble; the others (gpu_idle, applications_clocks_setting,
+# sw_power_cap, sync_boost, display_clocks_setting) are the GPU doing what it was told.
+BAD_CLOCK_REASONS = {"hw_slowdown": "hardware slowdown", "hw_thermal_slowdown": "hardware thermal slowdown",
+                     "hw_power_brake_slowdown": "hardware power brake", "sw_thermal_slowdown": "software thermal slowdown"}
+UNDER_LOAD_PERCENT = 50
+
+
+def judge_health(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
+    """ECC errors, retired pages / row remapping, PCIe link under load, throttling, the GPU fabric."""
+    gpus = [(i, g, g.health) for i, g in enumerate(report.gpus) if g.health is not None]
+    if not gpus:
+        return [skipped("gpu health", "no GPU health readings (needs nvidia-smi -q -x with at least one GPU)")]
+    limits = skus.thresholds(profile, gpus[0][1].name)
+    checks = []
+    # ECC counters since the driver loaded
+    counted = [(i, g, h) for i, g, h in gpus if h.ecc_uncorrectable is not None or h.ecc_correctable is not None]
+    if not counted:
+        checks.append(skipped("ecc errors", "no ECC counters on these GPUs (ECC off or not supported)"))
+    else:
+        bad = [f"{_gpu_label(i, g)}: {h.ecc_uncorrectable} uncorrectable" for i, g, h in counted
+               if (h.ecc_uncorrectable or 0) > limits.ecc_uncorrectable_max]
+        if limits.ecc_correctable_max is not None:
+            bad += [f"{_gpu_label(i, g)}: {h.ecc_correctable} correctable" for i, g, h in counted
+                    if (h.ecc_correctable or 0) > limits.ecc_correctable_max]
+        checks.append(failed("ecc errors", f"{'; '.join(bad)} ECC error(s) since the driver loaded (threshold: "
+                                           f"{limits.ecc_uncorrectable_max} uncorrectable): drain, reset the GPU; RMA if "
+                                           "they return") if bad
+                      else passed("ecc errors", f"uncorrectable ECC errors within the threshold "
+                                                f"({limits.ecc_uncorrectable_max}) on all {len(counted)} GPU(s)"))
+    # memory repair: row remapping (Ampere and later) or page retirement (before)
+    remap = [(i, g, h) for i, g, h in gpus if h.remap_pending is not None or h.remap_failure is not None]
+    retire = [(i, g, h) for i, g, h in gpus if h.retired_sbe is not None or h.retired_dbe is not None]
+    if remap:
+        failures = [_gpu_label(i, g) for i, g, h in remap if h.remap_failure]
+        pending = [_gpu_label(i, g) for i, g, h in remap if h.remap_pending]
+        if failures:
+            checks.append(failed("row remapping", f"row remapping failed on {', '.join(failures)}: the memory cannot be "
+                                                  "repaired: RMA"))
+        elif pending:
+            checks.append(failed("row remapping", f"a row remap is pending on {', '.join(pending)}: reset the GPU (or "
+                                                  "reboot) to apply it"))
+        else:
+            checks.append(passed("row remapping", f"no pending or failed row remap on {len(remap)} GPU(s)"))
+    if retire:
+        total = {(_gpu_label(i, g)): (h.retired_sbe or 0) + (h.retired_dbe or 0) for i, g, h in retire}
+        pending = [_gpu_label(i, g) for i, g, h in retire if h.retired_pending]
+        worn = [f"{label}: {n} pages" for label, n in total.items() if n >= limits.retired_pages_max]
+        if worn:
+            checks.append(failed("retired pages", f"{'; '.join(worn)} retired (limit {limits.retired_pages_max}): RMA"))
+        elif pending:
+            checks.append(failed("retired pages", f"page retirement pending on {', '.join(pending)}: reboot (or reload "
+                                                  "the driver) to retire them"))
+        elif not remap:
+            checks.append(passed("retired pages", f"at most {max(total.values())} retired page(s) per GPU (limit "
+                                                  f"{limits.retired_pages_max}), none pending"))
+    if not remap and not retire:
+        checks.append(skipped("memory repair", "no row-remap or page-retirement readings on these GPUs"))
+    # PCIe link: the generation (and on some boards the width) drops at idle by design
+    links = [(i, g, h) for i, g, h in gpus if h.pcie_width and h.pcie_width_max]
+    loaded = [(i, g, h) for i, g, h in links if (h.utilization or 0) >= UNDER_LOAD_PERCENT]
+    if not links:
+        checks.append(skipped("pcie link", "no PCIe link readings"))
+    elif not loaded:
+        checks.append(skipped("pcie link", f"judged only under load (>= {UNDER_LOAD_PERCENT}% utilization): the link "
+                                           "slows down at idle by design"))
+    else:
+        narrow = [f"{_gpu_label(i, g)} x{h.pcie_width} of x{h.pcie_width_max}"
+                  + (f", gen {h.pcie_gen} of {h.pcie_gen_max}" if h.pcie_gen and h.pcie_gen_max else "")
+                  for i, g, h in loaded if h.pcie_width < h.pcie_width_max
+                  or (h.pcie_gen and h.pcie_gen_max and h.pcie_gen < h.pcie_gen_max)]
+        checks.append(failed("pcie link", f"under load, below its maximum: {'; '.join(narrow)}: reseat the GPU or check "
+                                          "the riser/slot") if narrow
+                      else passed("pcie link", f"{len(loaded)} GPU(s) under load at their maximum link width and gen"))
+    # throttling
+    throttled = [f"{_gpu_label(i, g)}: {', '.join(BAD_CLOCK_REASONS[r] for r in h.clock_reasons if r in BAD_CLOCK_REASONS)}"
+                 for i, g, h in gpus if set(h.clock_reasons) & set(BAD_CLOCK_REASONS)]
+    benign = sorted({r for _, _, h in gpus for r in h.clock_reasons} - set(BAD_CLOCK_REASONS))
+    checks.append(failed("clocks", f"slowed down: {'; '.join(throttled)}: check cooling, power and the BMC's logs")
+                  if throttled else passed("clocks", "no hardware or thermal slowdown"
+                                           + (f" (benign reasons active: {', '.join(benign)})" if benign else "")))
+    # the GPU fabric (NVSwitch systems, Blackwell)
+    fabric = [(i, g, h) for i, g, h in gpus if h.fabric_state]
+    if fabric:
+        bad_fabric = [f"{_gpu_label(i, g)}: {h.fabric_state}" + (f" ({h.fabric_status})" if h.fabric_status else "")
+                      for i, g, h in fabric if h.fabric_state != "Completed"
+                      or (h.fabric_status and h.fabric_status != "Success")]
+        checks.append(failed("gpu fabric", f"not joined to the NVLink fabric: {'; '.join(bad_fabric)}: check "
+                                           "nvidia-fabricmanager (or the NVLink switch tray)") if bad_fabric
+                      else passed("gpu fabric", f"fabric state Completed on all {len(fabric)} GPU(s)"))
+    elif profile.hardware.interconnect == "nvswitch":
+        checks.append(skipped("gpu fabric", "the driver reports no GPU fabric state (before R550, or no NVSwitch)"))
+    return checks
+
+
+# --- Xid events -----------------------------------------------------------------------------
+
+def judge_xid(profile: Profile, events: list[kernel_log.XidEvent], report: nvidia_smi.GpuReport | None) -> list[Check]:
+    """Each Xid since boot, classified by NVIDIA's catalog (provisioner/data/xid.yml) into its action."""
+    if not events:
+        return [passed("xid events", "no Xid event in the kernel log since boot")]
+    catalog = skus.xid_catalog()
+    gpus = {}
+    for index, gpu in enumerate(report.gpus if report else []):
+        if gpu.bus_id:  # "00000000:2B:00.0" -> "0000:2b:00"
+            gpus[gpu.bus_id.lower()[-12:-2]] = f"GPU {index}"
+    found = []
+    worst = "informational"
+    order = ["informational", "inspect_application", "reset_gpu", "reboot", "rma"]
+    for event in events:
+        entry = catalog["xids"].get(event.xid)
+        if event.recovery_action:  # Xid 154: the driver says what it needs
+            text = event.recovery_action.lower()
+            action = "reboot" if "reboot" in text else "reset_gpu" if "reset" in text else (
+                "informational" if "none" in text else "rma" if "drain" in text else "reset_gpu")
+        elif entry:
+            action = catalog["buckets"].get(entry["immediate"], "rma")
+            if entry.get("investigatory") == "CONTACT_SUPPORT" and action == "reset_gpu" and \
+                    sum(e.xid == event.xid and e.pci == event.pci for e in events) > 1:
+                action = "rma"  # repeated on the same GPU: what the investigatory bucket says
+        else:
+            action = catalog["unknown_action"]
+        worst = max(worst, action, key=order.index)
+        gpu = gpus.get(event.pci[-10:], f"GPU at PCI {event.pci}")
+        name = entry["description"] if entry else "not in our catalog transcription"
+        found.append(f"Xid {event.xid} ({name}) on {gpu}" + (f" at {event.when}" if event.when else "")
+                     + f": {catalog['actions'][action]}")
+    detail = f"{len(events)} Xid event(s) since boot: " + "; ".join(found[:8]) + (
+        f"; ... {len(found) - 8} more" if len(found) > 8 else "")
+    return [(passed if worst == "informational" else failed)("xid events", detail[:1200])]
+
+
+def judge_kernel_log(profile: Profile, log: dict[str, Any], report: nvidia_smi.GpuReport | None) -> list[Check]:
+    if int(log.get("rc", -1)) != 0 or not int(log.get("lines") or 0):
+        why = " ".join(str(log.get("stderr") or "no lines").split())[:200]
+        return [skipped("xid events", f"the kernel log since boot could not be read ({why})")]
+    return judge_xid(profile, kernel_log.read_xids(str(log.get("stdout", ""))), report)
+
+
+def judge_module(profile: Profile, version: str) -> list[Check]:
+    """The loaded kernel module (/sys/module/nvidia/version) against the pinned driver."""
+    if not version:
+        if not profile.expects_gpu:
+            return [passed("driver module", "no NVIDIA kernel module loaded; none expected")]
+        return [failed("driver module", "no NVIDIA kernel module is loaded (/sys/module/nvidia/version is absent): "
+                                        "reboot into the kernel the module was built for, or run provision up")]
+    return [(passed if version == profile.driver.version else failed)(
+        "driver module", f"kernel module {version} loaded, profile pins {profile.driver.version}"
+        + ("" if version == profile.driver.version else ": reboot to load the installed driver"))]
 
 
 def judge_topology(profile: Profile, topo: nvidia_smi.Topology) -> list[Check]:
     if profile.hardware.interconnect not in ("nvlink", "nvswitch"):
         return [skipped("nvlink topology", f"interconnect is {profile.hardware.interconnect}: no NVLink expected")]
+    if topo.gpus == 0:
+        return [failed("nvlink topology", "no GPU row read from nvidia-smi topo -m")]
     if topo.gpus < 2:
         return [skipped("nvlink topology", "one GPU: no GPU pairs to connect")]
     pairs = len(topo.links)
@@ -131,11 +332,29 @@ def judge_nvlink(profile: Profile, links: dict[int, list[float | None]]) -> list
     return [(failed if down or not total else passed)("nvlink links", f"{total - down} of {total} links up")]
 
 
+def judge_links(profile: Profile, topo: dict[str, Any], nvlink: dict[str, Any]) -> list[Check]:
+    """`nvidia-smi topo -m` and `nvidia-smi nvlink -s` as the probe ran them."""
+    if profile.hardware.interconnect not in ("nvlink", "nvswitch"):
+        return [skipped("nvlink", f"interconnect is {profile.hardware.interconnect}: no NVLink expected")]
+    checks = []
+    if int(topo.get("rc", -1)) == 0 and str(topo.get("stdout", "")).strip():
+        checks += judge_topology(profile, nvidia_smi.read_topo(str(topo["stdout"])))
+    else:
+        checks.append(failed("nvlink topology", f"nvidia-smi topo -m failed (rc {topo.get('rc')}): "
+                                                f"{nvidia_smi.snippet(str(topo.get('stderr') or topo.get('stdout') or ''))}"))
+    if int(nvlink.get("rc", -1)) == 0:
+        checks += judge_nvlink(profile, nvidia_smi.read_nvlink_status(str(nvlink.get("stdout", ""))))
+    else:
+        checks.append(failed("nvlink links", f"nvidia-smi nvlink -s failed (rc {nvlink.get('rc')}): "
+                                             f"{nvidia_smi.snippet(str(nvlink.get('stderr') or nvlink.get('stdout') or ''))}"))
+    return checks
+
+
 # --- NCCL, DCGM, torch, fabric manager ---------------------------------------------------------
 
 def judge_nccl(profile: Profile, run: nccl_tests.NcclRun) -> list[Check]:
     checks = []
-    floor = profile.verify.nccl_min_busbw_gbps
+    floor = skus.thresholds(profile, profile.hardware.gpu.model or "").nccl_busbw_floor_gbps
     peak = run.peak_busbw
     if floor is None:
         checks.append(skipped("nccl bandwidth", f"{peak:g} GB/s bus bandwidth; the profile sets no floor"))
@@ -186,7 +405,13 @@ def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
                                 "run provision up")]
     if int(torch.get("rc", -1)) != 0:
         return [failed("torch", f"import torch failed in the environment: {' '.join(str(torch.get('stderr', '')).split())[-300:]}")]
-    info = json.loads(str(torch.get("stdout", "")).strip().splitlines()[-1])
+    lines = str(torch.get("stdout", "")).strip().splitlines()
+    if not lines:
+        return [failed("torch", "the torch probe printed nothing")]
+    try:
+        info = json.loads(lines[-1])
+    except ValueError:
+        raise nvidia_smi.Unreadable("torch probe reader", lines[-1], "not the JSON line the probe prints") from None
     wanted = profile.python_env.torch.version if profile.python_env.torch else None
     checks = []
     if wanted:
@@ -230,19 +455,55 @@ def judge_cuda_toolkit(profile: Profile, nvcc: dict[str, Any]) -> list[Check]:
         "cuda toolkit", f"nvcc reports release {found.group(1)} (profile: {wanted})")]
 
 
+def _unit_state(unit: dict[str, Any] | None) -> str:
+    unit = unit or {}
+    return unit.get("ActiveState") or "unknown" if unit.get("LoadState") == "loaded" else "not-found"
+
+
+def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
+    """Everything gpu_probe returned in its one call."""
+    commands = probe.get("commands") or {}
+    smi = commands.get("nvidia_smi_xml") or {"missing": True, "rc": 127}
+    checks = _guard("nvidia-smi", judge_nvidia_smi, profile, smi)
+    report = None
+    if int(smi.get("rc", -1)) == 0:
+        try:
+            report = nvidia_smi.read(str(smi.get("stdout", "")))
+        except nvidia_smi.Unreadable:
+            report = None
+    checks += _guard("driver module", judge_module, profile, str(probe.get("module_version") or "").strip())
+    if profile.expects_gpu:
+        checks += _guard("nvlink", judge_links, profile, commands.get("topo") or {}, commands.get("nvlink") or {})
+    checks += _guard("xid events", judge_kernel_log, profile, commands.get("kernel_log") or {}, report)
+    checks += _guard("cuda toolkit", judge_cuda_toolkit, profile, commands.get("nvcc") or {})
+    units = probe.get("units") or {}
+    checks += _guard("fabric manager", judge_fabric_manager, profile, {
+        "unit_state": _unit_state(units.get("fabric_manager")),
+        "installed_version": probe.get("fabric_manager_version") or ""})
+    torch = commands.get("torch")
+    if profile.python_env.enabled and profile.python_env.torch:
+        checks += _guard("torch", judge_torch, profile, torch if torch else {"ran": False, "stderr": "not probed"})
+    return checks
+
+
 def judge(profile: Profile, reported: dict[str, Any]) -> list[Check]:
-    """Every check for one host, from gpu_verify's `provisioner_verify`."""
-    checks = judge_nvidia_smi(profile, reported.get("nvidia_smi") or {})
-    if "cuda_toolkit" in reported:
-        checks += judge_cuda_toolkit(profile, reported["cuda_toolkit"])
-    if "fabric_manager" in reported:
-        checks += judge_fabric_manager(profile, reported["fabric_manager"])
-    torch = reported.get("torch")
-    if torch and profile.python_env.enabled and profile.python_env.torch:
-        checks += judge_torch(profile, torch)
+    """Every check for one host, from gpu_verify's `provisioner_verify` (the probe's one call
+    plus the opt-in runs)."""
+    if "probe" in reported:
+        checks = judge_probe(profile, reported.get("probe") or {})
+    else:  # the record older runs wrote (one task per tool), and hand-made inputs
+        checks = _guard("nvidia-smi", judge_nvidia_smi, profile, reported.get("nvidia_smi") or {})
+        if "cuda_toolkit" in reported:
+            checks += _guard("cuda toolkit", judge_cuda_toolkit, profile, reported["cuda_toolkit"])
+        if "fabric_manager" in reported:
+            checks += _guard("fabric manager", judge_fabric_manager, profile, reported["fabric_manager"])
+        torch = reported.get("torch")
+        if torch and profile.python_env.enabled and profile.python_env.torch:
+            checks += _guard("torch", judge_torch, profile, torch)
     nccl = reported.get("nccl_tests") or {}
     if _truthy(nccl.get("ran")):
-        checks += judge_nccl(profile, nccl_tests.read(str(nccl.get("stdout", ""))))
+        checks += _guard("nccl bandwidth", lambda p, text: judge_nccl(p, nccl_tests.read(text)), profile,
+                         str(nccl.get("stdout", "")))
     elif profile.verify.nccl_min_busbw_gbps and profile.expects_gpu:
         why = ("nccl-tests did not run on this host" if profile.nccl.tests
                else "nccl-tests are not built (set nccl.tests, tests_source and tests_sha256 in the profile)")
@@ -250,12 +511,13 @@ def judge(profile: Profile, reported: dict[str, Any]) -> list[Check]:
     exporter = reported.get("exporter") or {}
     if profile.dcgm.enabled and profile.dcgm.exporter.enabled:
         if exporter.get("body"):
-            checks += judge_exporter(profile, dcgm.read_metrics(str(exporter["body"])))
+            checks += _guard("exporter metrics", lambda p, body: judge_exporter(p, dcgm.read_metrics(body)), profile,
+                             str(exporter["body"]))
         else:
             checks.append(failed("exporter metrics", f"dcgm-exporter does not answer (unit {exporter.get('unit_state', 'unknown')})"))
     elif "exporter" in reported:
         checks.append(skipped("exporter metrics", "DCGM is not part of this profile"))
     diag = reported.get("dcgmi_diag") or {}
     if _truthy(diag.get("ran")):
-        checks += judge_diag(dcgm.read_diag(str(diag.get("stdout", ""))))
+        checks += _guard("dcgm diag", lambda text: judge_diag(dcgm.read_diag(text)), str(diag.get("stdout", "")))
     return checks

@@ -14,6 +14,43 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 
+class Unreadable(ValueError):
+    """A reader met text it cannot read: the check it feeds fails, naming the reader and the text."""
+
+    def __init__(self, reader: str, text: str, why: str = ""):
+        self.reader, self.text, self.why = reader, text, why
+        super().__init__(f"{reader} could not read {snippet(text)!r}" + (f": {why}" if why else ""))
+
+
+def snippet(text: str, limit: int = 160) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+@dataclass(frozen=True)
+class Health:
+    """What -q -x says about one GPU's health; None where the form or the GPU does not say."""
+    ecc_uncorrectable: int | None = None  # volatile (since the driver loaded), DRAM + SRAM
+    ecc_correctable: int | None = None
+    ecc_uncorrectable_aggregate: int | None = None  # lifetime
+    retired_sbe: int | None = None  # pages retired for multiple single-bit errors (before Ampere)
+    retired_dbe: int | None = None  # pages retired for a double-bit error (before Ampere)
+    retired_pending: bool | None = None
+    remap_pending: bool | None = None  # row remapping (Ampere and later)
+    remap_failure: bool | None = None
+    remap_uncorrectable: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    utilization: int | None = None  # percent
+    clock_reasons: tuple[str, ...] = ()  # the active clocks-event (throttle) reasons, short names
+    fabric_state: str | None = None  # NVSwitch / Blackwell: "Completed" when the GPU joined the fabric
+    fabric_status: str | None = None
+    architecture: str | None = None
+    recovery_action: str | None = None
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
@@ -22,6 +59,7 @@ class Gpu:
     ecc: bool | None = None
     mig: bool | None = None
     bus_id: str | None = None
+    health: Health | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +70,8 @@ class GpuReport:
     cuda: str | None = None  # the newest CUDA the loaded driver supports
     mig_devices: int = 0
     processes: int | None = None
+    cuda_note: str | None = None  # "N/A" / "Not Found": the driver printed no CUDA version (libcuda missing)
+    errors: tuple[str, ...] = ()  # cells nvidia-smi could not read (ERR!), one line each
 
 
 @dataclass(frozen=True)
@@ -52,9 +92,16 @@ FAILURES = [
     (r"No devices were found",
      Failure("no devices found: the driver is loaded but sees no GPU",
              "check `dmesg | grep -i nvrm` for a GPU that fell off the bus or that this driver does not support")),
-    (r"Unable to determine the device handle|GPU is lost|Unknown Error",
+    (r"Unable to determine the device handle|GPU is lost",
      Failure("GPU lost: the driver cannot talk to a GPU",
              "read `dmesg | grep -i xid`; a GPU lost to Xid 79 needs a reset or reboot, repeated loss an RMA")),
+    # Inside a container this is the device nodes or the cgroup device rules, not a lost GPU:
+    # e.g. after `systemctl daemon-reload` on the host (NVIDIA/nvidia-container-toolkit#1227).
+    (r"Failed to initialize NVML: Unknown Error",
+     Failure("NVML cannot open the GPU devices: a device-access or cgroup problem (in a container: the container "
+             "lost access to /dev/nvidia*), not a lost GPU",
+             "on the host run nvidia-smi; if it works there, restart the container (or fix its device cgroup / "
+             "the nvidia-container-toolkit's systemd cgroup setting)")),
     (r"couldn't find libnvidia-ml\.so",
      Failure("NVML library not found: the driver's user-space libraries are missing",
              "reinstall the driver packages (provision up) or fix ldconfig for libnvidia-ml.so")),
@@ -73,6 +120,14 @@ def _int(text: str | None) -> int | None:
     return int(match.group()) if match else None
 
 
+def _version(text: str | None) -> tuple[str | None, str | None]:
+    """A version cell: ("12.4", None), or (None, "N/A") for N/A, Not Found, ERR! and the like."""
+    value = (text or "").strip()
+    if re.fullmatch(r"\d+(\.\d+)+", value):
+        return value, None
+    return None, value or None
+
+
 def _flag(text: str | None) -> bool | None:
     value = (text or "").strip().lower()
     return {"enabled": True, "on": True, "disabled": False, "off": False}.get(value)
@@ -80,16 +135,24 @@ def _flag(text: str | None) -> bool | None:
 
 # --- GPU listings ----------------------------------------------------------------------
 
+CSV_COLUMNS = {"name", "memory.total", "driver_version", "persistence_mode", "ecc.mode.current", "pci.bus_id",
+               "mig.mode.current", "index", "uuid", "gpu_name"}
+
+
 def read_csv(text: str) -> GpuReport:
     """`--query-gpu=... --format=csv[,nounits]` with its header; any columns, any order."""
     rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
     header = [column.split(" [")[0].strip() for column in rows[0]] if rows else []
+    if not set(header) & CSV_COLUMNS:
+        raise Unreadable("nvidia-smi CSV reader", text, "no known --query-gpu column in the first line")
     cells = [dict(zip(header, (v.strip() for v in row))) for row in rows[1:] if row]
-    gpus = [Gpu(name=c.get("name", ""), memory_mib=_int(c.get("memory.total")),
+    errors = tuple(f"GPU {i}: {k} is {v}" for i, c in enumerate(cells) for k, v in c.items()
+                   if v in ("ERR!", "[Unknown Error]", "[GPU is lost]"))
+    gpus = [Gpu(name=c.get("name") or c.get("gpu_name", ""), memory_mib=_int(c.get("memory.total")),
                 persistence=_flag(c.get("persistence_mode")), ecc=_flag(c.get("ecc.mode.current")),
                 mig=_flag(c.get("mig.mode.current")), bus_id=c.get("pci.bus_id")) for c in cells]
     driver = cells[0].get("driver_version") if cells else None
-    return GpuReport("csv", gpus, driver=driver)
+    return GpuReport("csv", gpus, driver=driver, errors=errors)
 
 
 def read_processes_csv(text: str) -> int:
@@ -98,9 +161,70 @@ def read_processes_csv(text: str) -> int:
     return max(len(rows) - 1, 0)
 
 
+def _x(node: ET.Element | None, *paths: str) -> str | None:
+    """The first of `paths` under node that holds a value (not N/A); old and new element names alike."""
+    if node is None:
+        return None
+    for path in paths:
+        value = node.findtext(path)
+        if value is not None and value.strip() and value.strip() not in ("N/A", "Not Supported"):
+            return value.strip()
+    return None
+
+
+def _sum(node: ET.Element | None, *paths: str) -> int | None:
+    values = [_int(_x(node, p)) for p in paths]
+    found = [v for v in values if v is not None]
+    return sum(found) if found else None
+
+
+def _yes(text: str | None) -> bool | None:
+    value = (text or "").strip().lower()
+    return {"yes": True, "no": False}.get(value)
+
+
+def _health(gpu: ET.Element) -> Health:
+    ecc = gpu.find("ecc_errors")
+    vol = ecc.find("volatile") if ecc is not None else None
+    agg = ecc.find("aggregate") if ecc is not None else None
+    # Before Ampere: single_bit/double_bit totals; Ampere and later: dram_/sram_ counters
+    # (R590 splits sram_uncorrectable into _parity and _secded).
+    unc_paths = ("double_bit/total", "dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity",
+                 "sram_uncorrectable_secded")
+    cor_paths = ("single_bit/total", "dram_correctable", "sram_correctable")
+    reasons = gpu.find("clocks_event_reasons")
+    if reasons is None:
+        reasons = gpu.find("clocks_throttle_reasons")
+    active = tuple(sorted(
+        re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag) for child in (reasons if reasons is not None else [])
+        if (child.text or "").strip() == "Active"))
+    link = gpu.find("pci/pci_gpu_link_info")
+    retired = gpu.find("retired_pages")
+    remap = gpu.find("remapped_rows")
+    return Health(
+        ecc_uncorrectable=_sum(vol, *unc_paths), ecc_correctable=_sum(vol, *cor_paths),
+        ecc_uncorrectable_aggregate=_sum(agg, *unc_paths),
+        retired_sbe=_int(_x(retired, "multiple_single_bit_retirement/retired_count")),
+        retired_dbe=_int(_x(retired, "double_bit_retirement/retired_count")),
+        retired_pending=_yes(_x(retired, "pending_retirement", "pending_blacklist")),
+        remap_pending=_yes(_x(remap, "remapped_row_pending")), remap_failure=_yes(_x(remap, "remapped_row_failure")),
+        remap_uncorrectable=_int(_x(remap, "remapped_row_unc")),
+        pcie_width=_int(_x(link, "link_widths/current_link_width")),
+        pcie_width_max=_int(_x(link, "link_widths/max_link_width")),
+        pcie_gen=_int(_x(link, "pcie_gen/current_link_gen")), pcie_gen_max=_int(_x(link, "pcie_gen/max_link_gen")),
+        utilization=_int(_x(gpu, "utilization/gpu_util")), clock_reasons=active,
+        fabric_state=_x(gpu, "fabric/state"), fabric_status=_x(gpu, "fabric/status"),
+        architecture=_x(gpu, "product_architecture"), recovery_action=_x(gpu, "gpu_recovery_action"))
+
+
 def read_xml(text: str) -> GpuReport:
-    """`nvidia-smi -q -x`."""
-    root = ET.fromstring(text)
+    """`nvidia-smi -q -x`, DTD v10 to v13 (old and new element names)."""
+    try:
+        root = ET.fromstring(text.strip())
+    except ET.ParseError as exc:
+        raise Unreadable("nvidia-smi XML reader", text, str(exc)) from None
+    if root.tag != "nvidia_smi_log":
+        raise Unreadable("nvidia-smi XML reader", text, f"root element is <{root.tag}>, not <nvidia_smi_log>")
     gpus = []
     mig_devices = 0
     for gpu in root.findall("gpu"):
@@ -112,53 +236,72 @@ def read_xml(text: str) -> GpuReport:
             ecc=_flag(gpu.findtext("ecc_mode/current_ecc")),
             mig=_flag(gpu.findtext("mig_mode/current_mig")),
             bus_id=gpu.get("id"),
+            health=_health(gpu),
         ))
     processes = len(root.findall("gpu/processes/process_info"))
-    return GpuReport("xml", gpus, driver=root.findtext("driver_version"), cuda=root.findtext("cuda_version"),
-                     mig_devices=mig_devices, processes=processes)
+    driver, _ = _version(_x(root, "driver_version", "kmd_version"))
+    cuda, note = _version(root.findtext("cuda_version") or root.findtext("cuda_umd_version"))
+    return GpuReport("xml", gpus, driver=driver, cuda=cuda, cuda_note=note, mig_devices=mig_devices,
+                     processes=processes)
 
 
-_TABLE_HEAD = re.compile(r"Driver Version:\s*(\S+)\s+CUDA Version:\s*(\S+)")
-_TABLE_GPU = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+"
-                        r"(?:On|Off)\s+\|\s+(\S+)\s+\|")
+# R610+ renamed the header fields: "KMD Version:" and "CUDA UMD Version:".
+_TABLE_HEAD = re.compile(r"(?:Driver|KMD) Version:\s*(\S+)(?:\s+CUDA(?: UMD)? Version:\s*(\S+(?: Found)?))?")
+_TABLE_GPU = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off|ERR!)\s+\|\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+"
+                        r"(?:On|Off|ERR!)\s+\|\s+(\S+)\s+\|")
 _TABLE_MEM = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
 _TABLE_PROC = re.compile(r"^\|\s+\d+\s+(?:\S+\s+\S+\s+)?\d+\s+[CG+]{1,3}\s+")
+_TABLE_MIG = re.compile(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|")  # GPU GI CI MIG-Dev
 
 
 def read_table(text: str) -> GpuReport:
-    """Plain `nvidia-smi` (old narrow and new wide layouts)."""
+    """Plain `nvidia-smi` (old narrow and new wide layouts, R610+ KMD/UMD header, MIG devices box)."""
     lines = text.splitlines()
     head = next((m for m in map(_TABLE_HEAD.search, lines) if m), None)
     gpus: list[Gpu] = []
-    in_processes = False
-    processes = 0
+    section = "gpus"
+    processes = mig_devices = 0
+    errors = []
     for i, line in enumerate(lines):
         if "Processes:" in line:
-            in_processes = True
-        if in_processes:
+            section = "processes"
+        elif "MIG devices:" in line:
+            section = "mig"
+        if section == "processes":
             processes += bool(_TABLE_PROC.match(line))
+            continue
+        if section == "mig":
+            mig_devices += bool(_TABLE_MIG.match(line))
             continue
         match = _TABLE_GPU.match(line)
         if not match:
             continue
+        block = lines[i:i + 3]
+        if any("ERR!" in b for b in block):
+            errors.append(f"GPU {match.group(1)} ({match.group(4)}): nvidia-smi printed ERR!: "
+                          + " / ".join(" ".join(b.split()) for b in block))
         memory = _TABLE_MEM.search(lines[i + 1]) if i + 1 < len(lines) else None
         mig_cell = lines[i + 2].rstrip(" |").split()[-1] if i + 2 < len(lines) and lines[i + 2].startswith("|") else ""
         ecc_cell = match.group(5)
         gpus.append(Gpu(
             name=match.group(2).strip(),
             memory_mib=int(memory.group(2)) if memory else None,
-            persistence=match.group(3) == "On",
-            ecc=None if ecc_cell == "N/A" else True,  # a count of errors means ECC is on
+            persistence={"On": True, "Off": False}.get(match.group(3)),
+            ecc=None if ecc_cell in ("N/A", "ERR!") else True,  # a count of errors means ECC is on
             mig=_flag(mig_cell),
             bus_id=match.group(4),
         ))
-    return GpuReport("table", gpus, driver=head.group(1) if head else None, cuda=head.group(2) if head else None,
-                     processes=processes)
+    if not gpus and not head:
+        raise Unreadable("nvidia-smi table reader", text, "no header with the driver version and no GPU row")
+    driver = _version(head.group(1))[0] if head else None
+    cuda, note = _version(head.group(2)) if head and head.group(2) else (None, None)
+    return GpuReport("table", gpus, driver=driver, cuda=cuda, cuda_note=note, processes=processes,
+                     mig_devices=mig_devices, errors=tuple(errors))
 
 
 def read_q(text: str) -> GpuReport:
     """`nvidia-smi -q` (text)."""
-    top = dict(re.findall(r"^(Driver Version|CUDA Version)\s*:\s*(\S+)", text, re.M))
+    top = dict(re.findall(r"^(Driver Version|KMD Version|CUDA Version|CUDA UMD Version)\s*:\s*(.+?)\s*$", text, re.M))
     gpus = []
     for block in re.split(r"^GPU [0-9A-Fa-f:.]+$", text, flags=re.M)[1:]:
         def value(label: str, scope: str = block) -> str | None:
@@ -171,7 +314,9 @@ def read_q(text: str) -> GpuReport:
         gpus.append(Gpu(name=value("Product Name") or "", memory_mib=int(memory.group(1)) if memory else None,
                         persistence=_flag(value("Persistence Mode")), ecc=_flag(ecc.group(1)) if ecc else None,
                         mig=_flag(mig.group(1)) if mig else None))
-    return GpuReport("q", gpus, driver=top.get("Driver Version"), cuda=top.get("CUDA Version"))
+    driver = _version(top.get("KMD Version") or top.get("Driver Version"))[0]
+    cuda, note = _version(top.get("CUDA UMD Version") or top.get("CUDA Version"))
+    return GpuReport("q", gpus, driver=driver, cuda=cuda, cuda_note=note)
 
 
 def read_list(text: str) -> GpuReport:
@@ -183,15 +328,19 @@ def read_list(text: str) -> GpuReport:
 
 
 def read_version(text: str) -> GpuReport:
-    """`nvidia-smi --version`: versions only, no GPUs."""
-    fields = dict(re.findall(r"^(\w[\w ]*?)\s*:\s*(\S+)\s*$", text, re.M))
-    return GpuReport("version", [], driver=fields.get("DRIVER version"), cuda=fields.get("CUDA Version"))
+    """`nvidia-smi --version`: versions only, no GPUs (R610+: KMD version, CUDA UMD Version)."""
+    fields = {k.strip().lower(): v.strip() for k, v in re.findall(r"^(\w[\w ]*?)\s*:\s*(.+?)\s*$", text, re.M)}
+    driver = _version(fields.get("kmd version") or fields.get("driver version"))[0]
+    cuda, note = _version(fields.get("cuda umd version") or fields.get("cuda version"))
+    if not driver and not cuda:
+        raise Unreadable("nvidia-smi --version reader", text, "no driver (KMD) version and no CUDA version")
+    return GpuReport("version", [], driver=driver, cuda=cuda, cuda_note=note)
 
 
 def read(text: str) -> GpuReport:
-    """Any GPU listing nvidia-smi prints, recognised by its shape."""
+    """Any GPU listing nvidia-smi prints, recognised by its shape; Unreadable when it is none of them."""
     stripped = text.lstrip()
-    if stripped.startswith("<?xml") or stripped.startswith("<nvidia_smi_log"):
+    if stripped.startswith("<?xml") or stripped.startswith("<nvidia_smi_log") or stripped.startswith("<!DOCTYPE"):
         return read_xml(text)
     if "NVIDIA-SMI version" in text:
         return read_version(text)
@@ -199,8 +348,10 @@ def read(text: str) -> GpuReport:
         return read_list(text)
     if "Attached GPUs" in text:
         return read_q(text)
-    if "Driver Version:" in text:
+    if _TABLE_HEAD.search(text) or re.search(r"^\|\s*NVIDIA-SMI \S+", text, re.M):
         return read_table(text)
+    if classify(text):
+        raise Unreadable("nvidia-smi listing reader", text, f"this is an error message: {classify(text).cause}")
     return read_csv(text)
 
 

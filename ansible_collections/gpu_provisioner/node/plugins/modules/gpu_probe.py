@@ -1,0 +1,206 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Everything verification judges about one host, in one module call: nvidia-smi's XML,
+topo -m, nvlink -s, the loaded kernel module, the units, nvcc, the torch probe and the
+kernel log's NVIDIA lines since boot. Read-only; judges nothing (the controller does)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_probe
+short_description: Collect what provision verify judges, in one call, changing nothing.
+description:
+  - Runs each probe with a bounded time and returns its argv, rc, stdout, stderr, seconds
+    and whether it timed out or was missing. Read-only; supports check mode (it runs the
+    same read-only probes there).
+  - nccl-tests, dcgmi diag and the exporter scrape are not run here (they take long); the
+    role runs them as separate opt-in tasks, using C(nccl_binary), C(dcgmi) and C(gpus_seen).
+options:
+  timeout:
+    type: int
+    default: 60
+    description: Seconds each probe may run.
+  torch_timeout:
+    type: int
+    default: 300
+    description: Seconds the torch import may run (a cold import on a network filesystem is slow).
+  python:
+    type: str
+    default: ""
+    description: The environment's Python ("" = the one the python_env role recorded in its local fact).
+  torch_snippet:
+    type: str
+    default: ""
+    description: The Python the torch probe runs; it prints one JSON line. Empty skips the torch probe.
+  facts_dir:
+    type: path
+    default: /etc/ansible/facts.d
+  fabric_manager_unit:
+    type: str
+    default: nvidia-fabricmanager.service
+  exporter_unit:
+    type: str
+    default: dcgm-exporter.service
+  nccl_candidates:
+    type: list
+    elements: str
+    default: []
+    description: Paths of all_reduce_perf to look for (the first that exists is returned as nccl_binary).
+  max_output_chars:
+    type: int
+    default: 400000
+    description: Each probe's stdout is cut to this many characters.
+"""
+
+RETURN = r"""
+gpu_probe:
+  description: >-
+    commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
+    stderr, seconds, timed_out, missing; kernel_log also lines), module_version, units
+    (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
+    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, seconds.
+  type: dict
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+def run(argv, timeout, limit, env=None):
+    """One probe: never raises; a missing binary is rc 127, a timeout rc 124."""
+    started = time.monotonic()
+    out = {"argv": argv, "rc": -1, "stdout": "", "stderr": "", "timed_out": False, "missing": False, "timeout": timeout}
+    exe = shutil.which(argv[0], path=(env or os.environ).get("PATH")) if not os.path.isabs(argv[0]) else argv[0]
+    if not exe or not os.path.exists(exe):
+        out.update(rc=127, missing=True, stderr=f"{argv[0]}: not found")
+        return out
+    try:
+        proc = subprocess.run([exe] + argv[1:], capture_output=True, text=True, errors="replace", timeout=timeout,
+                              check=False, env=env)
+        out.update(rc=proc.returncode, stdout=proc.stdout[:limit], stderr=proc.stderr[-4000:])
+    except subprocess.TimeoutExpired as exc:
+        out.update(rc=124, timed_out=True, stdout=(exc.stdout or b"")[:limit].decode(errors="replace")
+                   if isinstance(exc.stdout, bytes) else (exc.stdout or "")[:limit],
+                   stderr=f"timed out after {timeout} s")
+    except OSError as exc:
+        out.update(rc=126, stderr=str(exc))
+    out["seconds"] = round(time.monotonic() - started, 3)
+    return out
+
+
+def local_facts(folder):
+    facts = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.fact"))):
+        try:
+            with open(path) as f:
+                facts[os.path.basename(path)[:-5]] = json.load(f)
+        except (OSError, ValueError):
+            continue
+    return facts
+
+
+def units(names, timeout):
+    """name -> systemctl show properties, one systemctl call for all."""
+    r = run(["systemctl", "show", "-p", "Id", "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
+             "-p", "UnitFileState", "--"] + list(names.values()), timeout, 20000)
+    blocks = [b for b in r["stdout"].strip().split("\n\n") if b.strip()]
+    found = {}
+    for key, block in zip(names, blocks):
+        found[key] = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+    return found
+
+
+def kernel_log(timeout, limit):
+    """The NVIDIA lines of the kernel log since boot: journalctl -k -b, else dmesg."""
+    r = run(["journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"], timeout, 50_000_000)
+    if r["rc"] != 0 or not r["stdout"].strip():
+        d = run(["dmesg", "--time-format", "iso"], timeout, 50_000_000)
+        if d["rc"] == 0 and d["stdout"].strip():
+            r = d
+        elif d["stderr"] and not r["stderr"]:
+            r = d
+    lines = r["stdout"].splitlines()
+    nvrm = [line for line in lines if "NVRM" in line or "nvidia" in line.lower()]
+    r["lines"] = len(lines)
+    r["stdout"] = "\n".join(nvrm[-2000:])[:limit]
+    return r
+
+
+def fm_version(timeout):
+    r = run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n",
+             "nvidia-fabricmanager*", "cuda-drivers-fabricmanager*"], timeout, 20000)
+    for line in r["stdout"].splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "ii" and parts[1].startswith("nvidia-fabricmanager"):
+            return parts[2]
+    return ""
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "timeout": {"type": "int", "default": 60},
+            "torch_timeout": {"type": "int", "default": 300},
+            "python": {"type": "str", "default": ""},
+            "torch_snippet": {"type": "str", "default": ""},
+            "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
+            "fabric_manager_unit": {"type": "str", "default": "nvidia-fabricmanager.service"},
+            "exporter_unit": {"type": "str", "default": "dcgm-exporter.service"},
+            "nccl_candidates": {"type": "list", "elements": "str", "default": []},
+            "max_output_chars": {"type": "int", "default": 400000},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    started = time.monotonic()
+    env = dict(os.environ, PATH=PATH_EXTRA + ":" + os.environ.get("PATH", ""), LC_ALL="C")
+    limit, timeout = p["max_output_chars"], p["timeout"]
+    facts = local_facts(p["facts_dir"])
+    commands = {
+        "nvidia_smi_xml": run(["nvidia-smi", "-q", "-x"], timeout, limit, env),
+    }
+    smi_ok = commands["nvidia_smi_xml"]["rc"] == 0
+    if smi_ok:
+        commands["topo"] = run(["nvidia-smi", "topo", "-m"], timeout, limit, env)
+        commands["nvlink"] = run(["nvidia-smi", "nvlink", "-s"], timeout, limit, env)
+    commands["nvcc"] = run(["nvcc", "--version"], timeout, limit, env)
+    commands["kernel_log"] = kernel_log(timeout, limit)
+    python = p["python"] or str((facts.get("python_env") or {}).get("python") or "")
+    if p["torch_snippet"] and python:
+        commands["torch"] = run([python, "-c", p["torch_snippet"]], p["torch_timeout"], limit, env)
+        commands["torch"]["ran"] = True
+        commands["torch"]["python"] = python
+    elif p["torch_snippet"]:
+        commands["torch"] = {"ran": False, "rc": -1, "stdout": "", "python": "",
+                             "stderr": "no Python environment recorded on this host"}
+    try:
+        with open("/sys/module/nvidia/version") as f:
+            module_version = f.read().strip()
+    except OSError:
+        module_version = ""
+    gpus_seen = len(re.findall(r"<gpu id=", commands["nvidia_smi_xml"]["stdout"])) if smi_ok else 0
+    result = {
+        "commands": commands,
+        "module_version": module_version,
+        "units": units({"fabric_manager": p["fabric_manager_unit"], "exporter": p["exporter_unit"]}, timeout),
+        "fabric_manager_version": fm_version(timeout),
+        "local_facts": facts,
+        "gpus_seen": gpus_seen,
+        "nccl_binary": next((c for c in p["nccl_candidates"] if os.path.isfile(c) and os.access(c, os.X_OK)), ""),
+        "dcgmi": bool(shutil.which("dcgmi", path=env["PATH"])),
+    }
+    result["seconds"] = round(time.monotonic() - started, 3)
+    module.exit_json(changed=False, gpu_probe=result)
+
+
+if __name__ == "__main__":
+    main()

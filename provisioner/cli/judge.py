@@ -1,0 +1,46 @@
+"""`provision judge`: captured outputs judged offline (logic in provisioner/judge/captures.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from provisioner.cli.app import app, friendly, session
+from provisioner.cli.options import Json, Profile
+
+
+@app.command("judge")
+@friendly
+def judge_command(
+    ctx: typer.Context,
+    profile: Profile,
+    files: Annotated[list[Path], typer.Argument(help="Captured outputs: nvidia-smi (any form), nccl-tests, dcgmi, "
+                                                     "an exporter scrape, a kernel log.")],
+    json_out: Json = False,
+) -> None:
+    """Judge captured nvidia-smi / NCCL / DCGM output against a profile, touching no host.
+
+    Exit 0: every check passes; 2: a check fails; 1: an input could not be read, or a bad profile."""
+    from provisioner import profiles
+    from provisioner.judge import captures
+
+    s = session(ctx)
+    loaded = profiles.load(profile)
+    results = captures.judge_files(loaded.profile, files)
+    code = captures.exit_code(results)
+    if json_out:
+        s.out.print_json(json.dumps({"profile": loaded.profile.name, "exit_code": code,
+                                     "files": [r.as_dict() for r in results]}))
+    else:
+        marks = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "skip": "[dim]skip[/]"}
+        for r in results:
+            s.say(f"[bold]{escape(r.path)}[/] ({r.form or 'unknown form'}): {r.status}")
+            if r.unreadable:
+                s.say(f"  [red]unreadable[/]: {escape(r.unreadable)}")
+            for c in r.checks:
+                s.say(f"  {marks[c.status]}  {escape(c.name)}: {escape(c.detail)}")
+    raise typer.Exit(code)
