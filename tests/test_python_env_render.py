@@ -22,16 +22,19 @@ def test_h100_conda_commands_and_condarc():
     r = RoleRender("python_env", {**profile_vars("h100-train"),
                                   "python_env_conda_installer": INSTALLER,
                                   "python_env_conda_installer_sha256": SHA})
-    assert r.var("python_env_env_dir") == "/opt/conda/envs/pytorch_env"
+    assert r.var("python_env_env_dir") == "/opt/conda/envs/pytorch_env"  # a link to the build below
+    build = r.var("python_env_build_dir")
+    assert re.fullmatch(r"/opt/conda/envs/\.pytorch_env-[0-9a-f]{12}", build)
+    assert build.endswith(r.var("python_env_spec_sha256")[:12])
     assert r.var("python_env_installer_is_url") is False
     assert r.var("python_env_cmd_conda_installer") == [
         "/bin/bash", "/var/lib/provisioner/python_env/downloads/Miniforge3-24.3.0-0-Linux-x86_64.sh",
         "-b", "-u", "-p", "/opt/conda"]
     assert r.var("python_env_cmd_conda_create") == [
-        "/opt/conda/bin/conda", "create", "--yes", "--quiet", "--prefix", "/opt/conda/envs/pytorch_env", "python=3.10"]
+        "/opt/conda/bin/conda", "create", "--yes", "--quiet", "--prefix", build, "python=3.10"]
     # torch from the index matching CUDA 12.2 (cu121: there is no cu122), deps from PyPI
     assert r.var("python_env_cmd_pip_torch") == [
-        "/opt/conda/envs/pytorch_env/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+        build + "/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
         "--extra-index-url", "https://download.pytorch.org/whl/cu121", "torch==2.1.2+cu121", "torchvision==0.16.2"]
     condarc = yaml.safe_load(r.template("condarc.j2"))
     assert condarc == {"channels": ["conda-forge"], "channel_priority": "strict",
@@ -60,9 +63,15 @@ def test_conda_mirrors_reach_the_commands_and_condarc():
 def test_debian12_lab_takes_torch_from_the_wheelhouse_only():
     r = RoleRender("python_env", profile_vars("debian12-lab"))
     assert r.var("python_env_env_dir") == "/opt/venvs/pytorch_env"
-    assert r.var("python_env_cmd_venv") == ["/usr/bin/python3", "-m", "venv", "/opt/venvs/pytorch_env"]
+    build = r.var("python_env_build_dir")
+    assert re.fullmatch(r"/opt/venvs/\.pytorch_env-[0-9a-f]{12}", build)
+    assert r.var("python_env_cmd_venv") == ["/usr/bin/python3", "-m", "venv", build]
+    # A change of spec is a new build path: the working environment is never rebuilt in place.
+    other = RoleRender("python_env", {**profile_vars("debian12-lab"), "python_env_pip_packages": ["numpy==2.1.0"]})
+    assert other.var("python_env_build_dir") != build
+    assert other.var("python_env_env_dir") == "/opt/venvs/pytorch_env"
     cmd = r.var("python_env_cmd_pip_torch")
-    assert cmd == ["/opt/venvs/pytorch_env/bin/python", "-m", "pip", "install", "--no-input",
+    assert cmd == [build + "/bin/python", "-m", "pip", "install", "--no-input",
                    "--disable-pip-version-check", "--find-links=/opt/provisioner/wheelhouse", "torch==2.13.0+cpu"]
     assert "--extra-index-url" not in cmd  # the PyTorch index is unreachable here, and not needed
     pattern = r.var("python_env_torch_wheel_pattern")

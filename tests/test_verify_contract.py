@@ -265,7 +265,7 @@ def test_fixture_table_judges_every_capture_right(fixtures: Path):
     rows = table(fixtures)
     wrong = [(g, ok, n) for g, ok, n in rows if ok != n]
     assert not wrong, wrong
-    assert sum(n for _, _, n in rows) == len(list(p for p in fixtures.rglob("*") if p.is_file() and p.name != "SOURCES.md")) \
+    assert sum(n for _, _, n in rows) == len([p for p in fixtures.rglob("*") if p.is_file() and p.name != "SOURCES.md"]) \
         + len(list(CAPTURES.glob("*.txt")))
 
 

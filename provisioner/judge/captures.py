@@ -70,7 +70,7 @@ def detect(text: str) -> str | None:
     first = head.splitlines()[0] if head.splitlines() else ""
     if "," in first and re.search(r"\bpid\b", first):
         return "nvidia-smi processes csv"
-    if "," in first and set(c.split(" [")[0].strip() for c in first.split(",")) & nvidia_smi.CSV_COLUMNS:
+    if "," in first and {c.split(" [")[0].strip() for c in first.split(",")} & nvidia_smi.CSV_COLUMNS:
         return "nvidia-smi csv"
     return None
 
