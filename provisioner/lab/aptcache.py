@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from provisioner.errors import ProvisionError
+from provisioner.lab import podman
 from provisioner.lab.podman import SETUP_FIX
 
 # Our own instance (own config dir, no remapping: it fetches exactly the URL a host
@@ -49,20 +49,13 @@ def running_pid() -> int | None:
     return pid if comm.startswith("apt-cacher-ng") else None
 
 
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
 
 def start(gateway: str, progress: Callable[[str], None] | None = None) -> str:
     """Make sure our apt-cacher-ng listens on gateway:PORT; return the proxy URL."""
     url = f"http://{gateway}:{PORT}"
     conf = CONF_DIR / "acng.conf"
     pid = running_pid()
-    if pid and f"BindAddress: {gateway}\n" in (conf.read_text() if conf.exists() else "") and _port_open(gateway, PORT):
+    if pid and f"BindAddress: {gateway}\n" in (conf.read_text() if conf.exists() else "") and podman.port_open(gateway, PORT):
         return url
     if pid:  # running, but for another gateway: restart it
         stop()
@@ -70,7 +63,7 @@ def start(gateway: str, progress: Callable[[str], None] | None = None) -> str:
     if not Path(binary).exists():
         raise ProvisionError("apt-cacher-ng is not installed (the lab's shared apt cache)", where="lab",
                              fix=f"{SETUP_FIX}, or run the lab without the apt cache")
-    if _port_open(gateway, PORT):
+    if podman.port_open(gateway, PORT):
         raise ProvisionError(f"something else already listens on {gateway}:{PORT}", where="lab apt cache",
                              fix="stop it (a packaged apt-cacher-ng service?), set PROVISIONER_LAB_PORT, or run without the apt cache")
     for d in (CACHE_DIR, CONF_DIR, LOG_DIR, RUN_DIR):
@@ -97,7 +90,7 @@ def start(gateway: str, progress: Callable[[str], None] | None = None) -> str:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if _port_open(gateway, PORT):
+        if podman.port_open(gateway, PORT):
             return url
         time.sleep(0.1)
     raise ProvisionError(f"apt-cacher-ng did not start on {url}: {(r.stderr or r.stdout).strip()}",

@@ -40,7 +40,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from pathlib import Path
 from provisioner import catalogue as catalogue_mod
 from provisioner.catalogue import Catalogue, PackageVersion, compare_versions
 from provisioner.errors import ProvisionError
+from provisioner.lab import podman
 
 FORMAT = 1                               # bump when the build's output changes
 EPOCH = 1754006400                       # 2025-08-01T00:00:00Z: every mtime, and the Release Date
@@ -297,13 +297,6 @@ def running() -> Served | None:
     return Served(**state, pid=pid)
 
 
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
 
 def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int = PORT) -> str:
     """Serve `root` over HTTP on the podman bridge's gateway (or `bind`) only; return the
@@ -312,15 +305,14 @@ def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int =
         root = root.root
     root = Path(root).resolve()
     if bind is None:
-        from provisioner.lab import podman
         bind = podman.network_gateway()
     url = f"http://{bind}:{port}/"
     cur = running()
-    if cur and cur.root == str(root) and cur.bind == bind and cur.url == url and _port_open(bind, port):
+    if cur and cur.root == str(root) and cur.bind == bind and cur.url == url and podman.port_open(bind, port):
         return url
     if cur:
         stop()
-    if _port_open(bind, port):
+    if podman.port_open(bind, port):
         raise ProvisionError(f"something else already listens on {bind}:{port}", where="lab stand-in CUDA repository",
                              fix="stop it, or set PROVISIONER_LAB_CUDAREPO_PORT")
     RUN_DIR.mkdir(parents=True, exist_ok=True)
@@ -334,7 +326,7 @@ def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int =
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             break
-        if _port_open(bind, port):
+        if podman.port_open(bind, port):
             return url
         time.sleep(0.1)
     stop()

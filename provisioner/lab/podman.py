@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 from typing import Sequence
 
@@ -98,3 +99,12 @@ def network_gateway(network: str = NETWORK) -> str:
         if gw:
             return gw
     raise ProvisionError(f"podman network {network!r} has no gateway address", where="podman network", fix=SETUP_FIX)
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something answers on host:port (the lab's own services on the bridge's gateway)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
