@@ -159,7 +159,8 @@ def _vars_files(loader, base: Path, subdir: str, name: str) -> list[Path]:
     folder = base / subdir
     if not folder.is_dir() or name.startswith("/"):
         return []
-    return [Path(str(f)) for f in loader.find_vars_files(str(folder), name)]
+    # ansible-core 2.15 returns bytes paths here, 2.19 str ones.
+    return [Path(os.fsdecode(f)) for f in loader.find_vars_files(str(folder), name)]
 
 
 def _load_vars_file(loader, path: Path) -> dict[str, Any]:

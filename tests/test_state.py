@@ -107,3 +107,55 @@ def test_up_skips_only_a_host_in_its_recorded_state_with_this_profile():
     half = dict(state, dpkg_audit="The following packages are only half configured: hello")
     assert not drift.in_recorded_state(half, target)
     assert drift.state_drift(half)[0][0] == "dpkg: packages left half-configured by an interrupted run"
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A real (tiny) wheel pip installs offline: one module and its dist-info."""
+    import base64
+    import hashlib
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    files = {f"{name}.py": f"VERSION = {version!r}\n",
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for member, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{member},sha256={digest},{len(text.encode())}")
+    record.append(f"{name}-{version}.dist-info/RECORD,,")
+    with zipfile.ZipFile(path, "w") as z:
+        for member, text in files.items():
+            z.writestr(member, text)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def test_a_python_environments_packages_are_recorded_and_their_drift_named(tmp_path: Path):
+    """A package removed by hand and one upgraded by hand, in a real venv: the compare names both."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)  # pip from ensurepip, offline
+    python = str(env / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check"]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name, version in (("demo_lib", "1.0"), ("demo_lib", "2.0"), ("other_tool", "3.1")):
+        _wheel(wheels, name, version)
+    install = pip + ["install", "-q", "--no-index", "--find-links", str(wheels)]
+    subprocess.run(install + ["demo_lib==1.0", "other_tool==3.1"], check=True)
+
+    record = tmp_path / "provisioner.fact"
+    args = {"action": "record", "path": str(record), "profile": "p", "profile_sha256": "abc",
+            "managed": [{"python_envs": [python]}]}
+    assert module(args)["changed"] is True
+    recorded = json.loads(record.read_text())["state"]["python_envs"][python]
+    assert recorded["demo-lib"] == "1.0" and recorded["other-tool"] == "3.1"
+    assert module({"action": "compare", "path": str(record)})["provisioner_state"]["differences"] == []
+
+    subprocess.run(pip + ["uninstall", "-q", "-y", "other_tool"], check=True)
+    subprocess.run(install + ["--upgrade", "demo_lib==2.0"], check=True)
+    moved = module({"action": "compare", "path": str(record)})["provisioner_state"]["differences"]
+    assert {d["item"]: (d["recorded"], d["now"]) for d in moved} == {
+        f"python package other-tool removed ({python})": ("3.1", "absent"),
+        f"python package demo-lib changed ({python})": ("1.0", "2.0"),
+    }

@@ -33,7 +33,10 @@ options:
   managed:
     type: list
     elements: dict
-    description: "What each role manages (record): held_packages, packages, files, units (lists), merged."
+    description: >-
+      What each role manages (record): held_packages, packages, files, units, python_envs
+      (each a list; python_envs names environments' Python interpreters, whose pip freeze is
+      recorded), merged.
 """
 
 RETURN = r"""
@@ -50,8 +53,10 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import diff as freeze_diff
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import parse as parse_freeze
 
-KINDS = ("held_packages", "packages", "files", "units")
+KINDS = ("held_packages", "packages", "files", "units", "python_envs")
 
 
 def _packages(names: list[str]) -> dict[str, dict]:
@@ -92,6 +97,20 @@ def _units(names: list[str]) -> dict[str, dict]:
     return found
 
 
+def _python_envs(pythons: list[str]) -> dict[str, dict | None]:
+    """python -> {package: version} of its environment (None: the Python is gone)."""
+    found: dict[str, dict | None] = {}
+    for python in pythons:
+        try:
+            r = subprocess.run([python, "-m", "pip", "freeze", "--disable-pip-version-check"],
+                               capture_output=True, text=True, check=False, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            found[python] = None
+            continue
+        found[python] = parse_freeze(r.stdout.splitlines()) if r.returncode == 0 else None
+    return found
+
+
 def read_state(managed: dict) -> dict:
     installed = _packages(managed.get("held_packages", []) + managed.get("packages", []))  # one dpkg-query
     return {
@@ -99,6 +118,7 @@ def read_state(managed: dict) -> dict:
         "packages": {n: (n in installed) for n in managed.get("packages", [])},
         "files": _files(managed.get("files", [])),
         "units": _units(managed.get("units", [])),
+        "python_envs": _python_envs(managed.get("python_envs", [])),
     }
 
 
@@ -131,6 +151,19 @@ def differences(recorded: dict, now: dict) -> list[dict]:
         for key in ("enabled", "active"):
             if was.get(key) != cur.get(key):
                 diffs.append({"item": f"unit {name} {key}", "recorded": was.get(key), "now": cur.get(key)})
+    for python, was in sorted(recorded.get("python_envs", {}).items()):
+        cur = now.get("python_envs", {}).get(python)
+        if cur is None:
+            if was is not None:
+                diffs.append({"item": f"python env {python}", "recorded": f"{len(was)} packages", "now": "gone"})
+            continue
+        change = freeze_diff(was or {}, cur)
+        for name, version in change["removed"].items():
+            diffs.append({"item": f"python package {name} removed ({python})", "recorded": version, "now": "absent"})
+        for name, version in change["added"].items():
+            diffs.append({"item": f"python package {name} added ({python})", "recorded": "absent", "now": version})
+        for name, versions in change["changed"].items():
+            diffs.append({"item": f"python package {name} changed ({python})", **versions})
     return diffs
 
 
