@@ -141,6 +141,11 @@ def test_a_held_dpkg_lock_fails_the_host_after_the_bound_then_the_host_converges
               "f = open('/var/lib/dpkg/lock-frontend', 'r+')\n"
               "fcntl.lockf(f, fcntl.LOCK_EX)\n"
               "time.sleep(600)\n")
+    # Independent of the tests before it: an apt or dpkg they left running on the shared host
+    # (a killed controller's apt-get) is waited for, bounded, before this test takes the lock.
+    idle = podman("exec", HOST, "sh", "-c", "for i in $(seq 300); do pgrep -x 'apt-get|apt|dpkg' >/dev/null "
+                                            "|| exit 0; sleep 1; done; exit 1")
+    assert idle.returncode == 0, "an apt/dpkg process kept running on the host for 300 s"
     podman("exec", "-d", HOST, "python3", "-c", locker, check=True)
     time.sleep(1)
     start = time.monotonic()
