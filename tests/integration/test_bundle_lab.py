@@ -61,7 +61,7 @@ def test_bundle_converges_a_lab_host_by_itself_and_then_changes_nothing(lab_host
     first, (ok, changed, unreachable, failed) = apply(lab_host)
     assert first.returncode == 0 and failed == 0 and unreachable == 0, first.stdout[-4000:]
     assert changed > 0  # a fresh host: common's packages, config files and the profile record
-    assert "TASK [common :" in first.stdout
+    assert "TASK [gpu_provisioner.node.common :" in first.stdout
 
     # The host now carries the profile record the drift check reads.
     fact = podman("exec", lab_host, "cat", "/etc/ansible/facts.d/provisioner.fact")

@@ -91,9 +91,9 @@ def test_nvidia_scenario_converges_idempotent_verified_and_check_mode_sees_drift
         _exec("apt-mark", "unhold", "nvidia-smi")
         _exec("rm", "/etc/modprobe.d/provisioner-blacklist-nouveau.conf")
         assert sorted(_check_mode(tmp_path)) == sorted([
-            "nvidia_driver : Blacklist nouveau so the NVIDIA module can bind the GPUs "
+            "gpu_provisioner.node.nvidia_driver : Blacklist nouveau so the NVIDIA module can bind the GPUs "
             "(a file only; also in a container, whose image may boot a host).",
-            "nvidia_driver : Hold every driver package so apt upgrade cannot move it.",
+            "gpu_provisioner.node.nvidia_driver : Hold every driver package so apt upgrade cannot move it.",
         ])
         # check mode changed nothing
         held = subprocess.run(["podman", "exec", HOST, "apt-mark", "showhold"], capture_output=True, text=True, check=True)
