@@ -91,3 +91,12 @@ def test_bad_batch_and_max_fail_are_refused_before_any_host(tmp_path: Path):
         result = runner.invoke(app, ["up", "-p", "h100-train", EXAMPLE, "--runs-dir", str(tmp_path / "runs"), *args])
         assert result.exit_code == 1 and text in result.output
         assert not (tmp_path / "runs").exists()
+
+
+def test_python_dash_m_provisioner_cli_is_the_provision_command():
+    """The Molecule nvidia scenario's dependency step runs `python -m provisioner.cli render`."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "provisioner.cli", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("provision "), r.stderr
