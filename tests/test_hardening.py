@@ -34,15 +34,46 @@ def _write(path: Path, text: str) -> Path:
 
 # --- data stays data -------------------------------------------------------------------
 
-def test_every_string_rendered_from_a_profile_is_unsafe():
-    text = dump_unsafe(role_vars(profiles.load("h100-train")))
+def test_a_string_that_could_template_is_unsafe_and_the_others_stay_plain_strings():
+    loaded = profiles.load("h100-train")
+    poisoned = role_vars(loaded) | {"gpu_verify_note": "{{ lookup('pipe', 'id') }}", "other": "a {% raw %} b",
+                                    "comment": "x {# y #}"}
+    text = dump_unsafe(poisoned)
     for line in text.splitlines():
-        key, _, value = line.partition(":")
-        value = value.strip()
-        if value.startswith(("'", '"')) or (value and not value[0].isdigit() and value not in ("true", "false", "[]")
-                                              and not value.startswith("!unsafe")):
-            pytest.fail(f"an untagged string: {line}")
-    assert load_unsafe(text)["nvidia_driver_version"] == "535.129.03"
+        if any(marker in line for marker in ("{{", "{%", "{#")):
+            assert ": !unsafe " in line or line.lstrip().startswith("- !unsafe "), f"an untagged template: {line}"
+        else:
+            assert "!unsafe" not in line, line
+    back = load_unsafe(text)
+    assert back["nvidia_driver_version"] == "535.129.03" and back["cuda_toolkit_versions"] == ["12.2"]
+
+
+@pytest.mark.ansible
+def test_ansible_reads_rendered_versions_as_strings(tmp_path: Path):
+    """ansible-core 2.19 loads `!unsafe '11.8'` as a float: rendered versions must reach the roles as strings."""
+    import subprocess
+    import sys
+
+    vars_file = tmp_path / "vars.yml"
+    vars_file.write_text(dump_unsafe({"versions": ["11.8", "12.10"], "default": "11.8",
+                                      "poison": "{{ lookup('pipe', 'touch " + str(tmp_path / "ran") + "') }}"}))
+    play = tmp_path / "play.yml"
+    play.write_text(f"""- hosts: localhost
+  gather_facts: false
+  vars_files: [{vars_file}]
+  tasks:
+    - ansible.builtin.assert:
+        that:
+          - versions == ['11.8', '12.10']
+          - default == '11.8'
+          - default | type_debug != 'float'
+          - poison is string and poison is search('lookup')
+""")
+    bin_dir = Path(sys.executable).parent
+    r = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not (tmp_path / "ran").exists()
 
 
 def test_every_profile_owned_variable_names_its_profile_field():

@@ -99,12 +99,12 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     hostvars = data["_meta"]["hostvars"]
     assert sorted(hostvars) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "login-01"]
     node = hostvars["gpu-node-03"]
-    # Profile values reach Ansible marked unsafe (never templated); the inventory's own stay plain.
-    unsafe = {"__ansible_unsafe": "535.129.03"}
-    assert node["nvidia_driver_version"] == unsafe
-    assert node["fabric_manager_version"] == unsafe
-    assert node["nccl_package_version"] == {"__ansible_unsafe": "2.18.5-1+cuda12.2"}
-    assert node["cudnn_package_version"] == {"__ansible_unsafe": "8.9.7.29-1+cuda12.2"}
-    assert node["python_env_torch_index"] == {"__ansible_unsafe": "cu121"}
+    # Plain profile strings reach Ansible as plain strings (versions stay strings, see
+    # provisioner/ansible_data.py); only a string that could template is marked unsafe.
+    assert node["nvidia_driver_version"] == "535.129.03" and node["fabric_manager_version"] == "535.129.03"
+    assert node["nccl_package_version"] == "2.18.5-1+cuda12.2"
+    assert node["cudnn_package_version"] == "8.9.7.29-1+cuda12.2"
+    assert node["python_env_torch_index"] == "cu121"
+    assert node["cuda_toolkit_versions"] == ["12.2"]
     assert node["ansible_python_interpreter"] == "/usr/bin/python3"
     assert load_unsafe((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"
