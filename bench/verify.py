@@ -19,28 +19,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# The same setup and timing as the no-op benchmark beside it (run as `python bench/verify.py`,
+# so bench/ is on sys.path).
+from noop import ANSIBLE, PROFILE, PROVISION, timed  # noqa: E402
+
 from provisioner import lab, paths  # noqa: E402
-
-BIN = Path(sys.executable).parent
-PROVISION, ANSIBLE = str(BIN / "provision"), str(BIN / "ansible")
-PROFILE = str(REPO / "tests/data/profiles/lab-driver-only.yml")
-
-
-def timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    print(f"  {seconds:7.1f} s  {' '.join(cmd)[-100:]}", file=sys.stderr, flush=True)
-    if r.returncode != 0:
-        raise SystemExit(f"`{' '.join(cmd)}` exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
-    return seconds
 
 
 def module_calls(run_dir: Path) -> dict[str, collections.Counter]:
