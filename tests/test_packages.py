@@ -44,8 +44,7 @@ def test_render_hands_the_roles_the_plan():
 
 def test_tensorrt_renders_its_real_three_part_version():
     v = role_vars(profiles.load("l40s-infer"))
-    assert v["tensorrt_pins"] == {n: "8.5.3-1+cuda11.8" for n in
-                                  ("libnvinfer8", "libnvinfer-plugin8", "libnvparsers8", "libnvonnxparsers8")}
+    assert v["tensorrt_pins"] == dict.fromkeys(("libnvinfer8", "libnvinfer-plugin8", "libnvparsers8", "libnvonnxparsers8"), "8.5.3-1+cuda11.8")
     # l40s-infer: CUDA 11.8 toolkit on R580, so DCGM is the -cuda13 build all the same.
     assert "datacenter-gpu-manager-4-cuda13" in v["dcgm_exporter_dcgm_pins"]
 
