@@ -154,8 +154,13 @@ def test_payloads_are_few_and_only_where_named(repo, cat, tmp_path):
         paths = [line.split()[-1] for line in listing.splitlines() if not line.split()[-1].endswith("/")]
         if paths:
             files[deb.name] = paths
-    assert set(files) == {cudarepo.deb_name(n, p) for n, es in cat.packages.items() for p in es if p.stand_in_files}
-    assert {p for ps in files.values() for p in ps} == {"." + f for f in cudarepo.PAYLOADS}
+    assert set(files) == {cudarepo.deb_name(n, p) for n, es in cat.packages.items() for p in es
+                          if [f for f in p.stand_in_files if not f.startswith("DEBIAN/")]}
+    # A maintainer script goes into the control area: the toolkit registers the `cuda` alternative.
+    info = subprocess.run(["dpkg-deb", "-I", str(repo.dir / "cuda-toolkit-12-2_12.2.2-1_amd64.deb"), "postinst"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-12.2 122" in info
+    assert {p for ps in files.values() for p in ps} == {"." + f for f in cudarepo.PAYLOADS if not f.startswith("DEBIAN/")}
     out = tmp_path / "x"
     subprocess.run(["dpkg-deb", "-x", str(repo.dir / "nvidia-utils-580_580.65.06-0ubuntu1_amd64.deb"), str(out)], check=True)
     smi = subprocess.run([str(out / "usr/bin/nvidia-smi")], capture_output=True, text=True)

@@ -105,6 +105,13 @@ PAYLOADS: dict[str, tuple[int, str]] = {
     "/usr/bin/dcgm-exporter": (0o755, (
         "#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's dcgm-exporter: no NVIDIA software is installed.\n"
         "echo 'stand-in dcgm-exporter: no DCGM host engine to connect to' >&2\nexit 1\n")),
+    # A maintainer script (a payload path under DEBIAN/; what follows '#' only tells payloads
+    # apart). NVIDIA's toolkit packages register /usr/local/cuda as the `cuda` alternative
+    # (inferred: cuda-toolkit-12-2-config-common's postinst); the meta-package's stand-in does.
+    "DEBIAN/postinst#cuda-12.2": (0o755, (
+        "#!/bin/sh\nset -e\n# gpu-provisioner test stand-in: register the toolkit as NVIDIA's packages do.\n"
+        "if [ \"$1\" = configure ]; then\n"
+        "  update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-12.2 122\nfi\n")),
     # nvcc's --version, in the real 12.2 Update 2 wording (V12.2.140): the role checks the
     # release it names. It compiles nothing.
     "/usr/local/cuda-12.2/bin/nvcc": (0o755, (
@@ -211,7 +218,7 @@ def _build_deb(name: str, pkg: PackageVersion, cat: Catalogue, tmp: Path, repo_d
     (tree / "DEBIAN" / "control").write_text(_control(name, pkg, cat))
     for path in sorted(pkg.stand_in_files):
         mode, content = PAYLOADS[path]
-        dest = tree / path.lstrip("/")
+        dest = tree / path.split("#", 1)[0].lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(content)
         dest.chmod(mode)
