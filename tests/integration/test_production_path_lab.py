@@ -17,7 +17,9 @@ What the profile changes from h100-train, and why:
 - mirrors: the stand-in's URL, key URL and key fingerprint, as a site's mirror would be given;
 - python_env: off. Its Miniforge installer and CUDA wheels are not reachable from here; the
   Molecule python_env scenario covers the role (venv, conda with a stand-in installer,
-  checksum refusals, drift repair).
+  checksum refusals, drift repair);
+- tensorrt: on (8.6.1.6, built for CUDA 12.x), which h100-train does not install, so that
+  the TensorRT role converges against the stand-in too.
 
 What this proves: the apt logic (names and exact versions resolved by render in the
 catalogue; pins by version and by NVIDIA's Origin/Label; holds; the host with a
@@ -68,6 +70,8 @@ hardware:
   infiniband: false
 python_env:
   enabled: false
+tensorrt:
+  version: 8.6.1.6
 mirrors:
   cuda_repo_url: {url}
   cuda_repo_flavour: ubuntu2204
@@ -139,7 +143,8 @@ def test_h100_train_from_the_stand_in_as_a_sudo_user(lab, profile_file, tmp_path
     t0 = time.monotonic()
     plan = packages.plan(profiles.load(str(profile_file)).profile)
     pins = {name: version for component in plan.values() for name, version in component.items()}
-    assert set(plan) == {"driver", "fabric_manager", "cuda_toolkit", "cudnn", "nccl", "dcgm", "dcgm_exporter"}
+    assert set(plan) == {"driver", "fabric_manager", "cuda_toolkit", "cudnn", "nccl", "tensorrt", "dcgm", "dcgm_exporter"}
+    assert plan["tensorrt"]["libnvinfer8"] == "8.6.1.6-1+cuda12.0"
     hosts = [h.name for h in lab.hosts]
     inventory = lab.inventory
     assert "ansible_user=provision" in inventory.read_text()        # the sudo user, not root
