@@ -263,3 +263,26 @@ def test_nvcc_release_is_judged_against_the_default_toolkit():
     assert absent[0].status == "fail" and "run provision up" in absent[0].detail
     driver_only = lab.model_copy(update={"cuda": lab.cuda.model_copy(update={"enabled": False})})
     assert verify.judge_cuda_toolkit(driver_only, {"rc": 127, "stdout": ""})[0].status == "skip"
+
+
+def test_services_that_wait_for_the_driver_module_are_not_faults_of_their_own():
+    def names(checks):
+        return {c.name: c for c in checks}
+
+    fm_inactive = {"units": {"fabric_manager": {"LoadState": "loaded", "ActiveState": "inactive", "UnitFileState": "enabled"}},
+                   "fabric_manager_version": "580.95.05-1"}
+    # A GPU-less host (the lab): nothing to load, so fabric manager and the exporter say why they wait.
+    lab = profile("h100-train", hardware={"gpu": {"count": 0}})
+    checks = names(verify.judge(lab, {"probe": {**fm_inactive, "module_version": ""},
+                                      "exporter": {"expected": True, "unit_state": "inactive", "body": ""}}))
+    assert checks["driver module"].status == "pass"
+    assert checks["fabric manager"].status == "skip" and "no GPU here" in checks["fabric manager"].detail
+    assert checks["exporter metrics"].status == "skip" and "no NVIDIA module loaded" in checks["exporter metrics"].detail
+    # A GPU host before its reboot: the driver module check fails with the fix; the services wait for it.
+    checks = names(verify.judge(H100, {"probe": {**fm_inactive, "module_version": ""},
+                                       "exporter": {"expected": True, "unit_state": "inactive", "body": ""}}))
+    assert checks["driver module"].status == "fail" and "reboot" in checks["driver module"].detail
+    assert checks["fabric manager"].status == "skip" and "reboot needed" in checks["fabric manager"].detail
+    # With the module loaded, an inactive fabric manager is a fault again.
+    checks = names(verify.judge(H100, {"probe": {**fm_inactive, "module_version": "580.95.05"}}))
+    assert checks["fabric manager"].status == "fail" and "inactive" in checks["fabric manager"].detail

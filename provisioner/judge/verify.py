@@ -430,12 +430,23 @@ def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def _waits_for_the_module(profile: Profile) -> str:
+    """Why a service that needs the driver is not running while no NVIDIA module is loaded."""
+    return ("no GPU here, so it never starts" if not profile.expects_gpu
+            else "it starts at the boot that loads the driver (reboot needed: see driver module)")
+
+
 def judge_fabric_manager(profile: Profile, fm: dict[str, Any]) -> list[Check]:
     if not profile.fabric_manager.enabled:
         return []
     state = fm.get("unit_state") or "absent"
     version = fm.get("installed_version") or ""
-    checks = [(passed if state == "active" else failed)("fabric manager", f"nvidia-fabricmanager is {state}")]
+    if state not in ("active", "absent", "not-found") and fm.get("module_loaded") is False:
+        # Not a fault of its own: the role enables it and starts it only once the module is loaded.
+        checks = [skipped("fabric manager", f"nvidia-fabricmanager is {state} with no NVIDIA module loaded: "
+                                            + _waits_for_the_module(profile))]
+    else:
+        checks = [(passed if state == "active" else failed)("fabric manager", f"nvidia-fabricmanager is {state}")]
     if version:
         checks.append((passed if version.startswith(profile.driver.version) else failed)(
             "fabric manager version", f"{version}, driver {profile.driver.version}"))
@@ -479,7 +490,8 @@ def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
     units = probe.get("units") or {}
     checks += _guard("fabric manager", judge_fabric_manager, profile, {
         "unit_state": _unit_state(units.get("fabric_manager")),
-        "installed_version": probe.get("fabric_manager_version") or ""})
+        "installed_version": probe.get("fabric_manager_version") or "",
+        "module_loaded": bool(str(probe.get("module_version") or "").strip())})
     torch = commands.get("torch")
     if profile.python_env.enabled and profile.python_env.torch:
         checks += _guard("torch", judge_torch, profile, torch if torch else {"ran": False, "stderr": "not probed"})
@@ -513,6 +525,11 @@ def judge(profile: Profile, reported: dict[str, Any]) -> list[Check]:
         if exporter.get("body"):
             checks += _guard("exporter metrics", lambda p, body: judge_exporter(p, dcgm.read_metrics(body)), profile,
                              str(exporter["body"]))
+        elif "probe" in reported and not str((reported.get("probe") or {}).get("module_version") or "").strip():
+            # nv-hostengine, and so the exporter, start only once the driver's module is loaded.
+            checks.append(skipped("exporter metrics", f"dcgm-exporter does not answer (unit "
+                                  f"{exporter.get('unit_state', 'unknown')}) with no NVIDIA module loaded: "
+                                  + _waits_for_the_module(profile)))
         else:
             checks.append(failed("exporter metrics", f"dcgm-exporter does not answer (unit {exporter.get('unit_state', 'unknown')})"))
     elif "exporter" in reported:
