@@ -61,6 +61,7 @@ def deep_merge(parent: dict, child: dict) -> dict:
 class Loaded:
     profile: Profile
     files: tuple[Path, ...]  # the profile's own file first, then its ancestors
+    warnings: tuple = ()     # compat.Problem with severity "warning" (end-of-life driver...): `--strict` refuses them
 
     @property
     def digest(self) -> str:
@@ -134,14 +135,24 @@ def load(ref: str) -> Loaded:
         ) from None
     if profile.hardware.gpu.architecture is None:  # resolved once, shown by `profiles show`
         profile.hardware.gpu.architecture = compat.architecture_of(profile)
-    problems = compat.check(profile)
+    found = compat.check(profile)
+    problems = [p for p in found if p.severity == "error"]
     if problems:
         raise ProvisionError(
             f"incompatible versions in profile {profile.name!r} ({files[0]}):\n  "
             + "\n  ".join(p.render() for p in problems),
             fix="apply the suggested fix, or see `provision profiles show` of a built-in that is known to work",
         )
-    return Loaded(profile, files)
+    return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"))
+
+
+def refuse_warnings(loaded: Loaded) -> None:
+    """`--strict`: a profile with warnings is refused like an invalid one."""
+    if loaded.warnings:
+        raise ProvisionError(
+            f"profile {loaded.profile.name!r} has warnings and --strict refuses them:\n  "
+            + "\n  ".join(w.render() for w in loaded.warnings),
+            where=str(loaded.files[0]), fix="apply the suggested fix, or run without --strict")
 
 
 def as_dict(profile: Profile) -> dict[str, Any]:
