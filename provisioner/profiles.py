@@ -169,5 +169,7 @@ def digest(profile: Profile) -> str:
     data = as_dict(profile)
     if not data.get("inventory_overrides"):  # unset: the digest hosts recorded before the field existed
         data.pop("inventory_overrides", None)
+    if not data["cuda"].get("forward_compat"):  # likewise for cuda.forward_compat (issue 15)
+        data["cuda"].pop("forward_compat", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
