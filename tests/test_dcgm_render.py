@@ -60,10 +60,10 @@ def test_listen_address_is_what_the_profile_says():
 
 
 def test_dcgm_follows_the_drivers_cuda_not_the_cuda_11_toolkit():
-    # l40s-infer installs the 11.8 toolkit on R535, whose driver brings CUDA 12: DCGM's
+    # l40s-infer installs the 11.8 toolkit on R580, whose driver brings CUDA 13: DCGM's
     # -cudaNN build must match the driver (its libcuda), not the toolkit.
     assert RoleRender("dcgm_exporter", profile_vars("l40s-infer")).var("dcgm_exporter_package") == \
-        "datacenter-gpu-manager-4-cuda12"
+        "datacenter-gpu-manager-4-cuda13"
 
 
 def test_debian12_lab_installs_no_dcgm_and_no_exporter():

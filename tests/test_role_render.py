@@ -134,7 +134,7 @@ def test_h100_train_packages_and_files(tmp_path):
 
 def test_a100_train_has_the_h100_stack(tmp_path):
     got, out = _compute("a100-train", tmp_path)
-    assert got["driver"] == ["cuda-drivers-535", "nvidia-driver-535"]
+    assert got["driver"] == ["cuda-drivers-580", "nvidia-driver-580"]  # its own R580 line; the rest from h100-train
     assert got["toolkit"] == ["cuda-toolkit-12-2"] and got["cudnn"] == ["libcudnn8", "libcudnn8-dev"]
     assert "Pin: version 2.18.5-1+cuda12.2" in (out / "nccl.pref").read_text()
 
