@@ -32,6 +32,15 @@ def test_validate_warns_on_an_end_of_life_branch_and_strict_refuses_it():
     assert "ok    l40s-infer" in strict.output  # a supported branch passes --strict
 
 
+def test_every_builtin_on_a_supported_branch_passes_strict():
+    from provisioner import profiles
+
+    # debian12-lab keeps Debian's R535 on purpose; h100-train moves to R580 in the lead's branch.
+    names = [n for n in profiles.builtin_names() if n not in ("debian12-lab", "h100-train")]
+    result = runner.invoke(app, ["profiles", "validate", "--strict", *names])
+    assert result.exit_code == 0 and result.output.count("ok ") == len(names) and "warn" not in result.output
+
+
 def test_up_strict_refuses_an_end_of_life_profile_before_touching_hosts(tmp_path: Path):
     runs = tmp_path / "runs"
     result = runner.invoke(app, ["up", "--strict", "-p", "debian12-lab", EXAMPLE, "--runs-dir", str(runs)])
