@@ -69,7 +69,7 @@ def test_the_stacks_the_built_ins_install_are_there(jammy):
         "libcudnn8": ["8.6.0.163-1+cuda11.8", "8.9.6.50-1+cuda12.2", "8.9.7.29-1+cuda12.2"],
         "libnccl2": ["2.16.5-1+cuda11.8", "2.19.3-1+cuda12.2", "2.25.1-1+cuda12.8", "2.28.9-1+cuda13.0"],
         "libcudnn9-cuda-13": ["9.24.0.43-1"], "cuda-toolkit-11-8": ["11.8.0-1"], "cuda-toolkit-12-4": ["12.4.1-1"],
-        "libnvinfer8": ["8.5.3-1+cuda11.8"], "libnvinfer10": ["10.8.0.43-1+cuda12.8"],
+        "libnvinfer8": ["8.5.3-1+cuda11.8", "8.6.1.6-1+cuda12.0"], "libnvinfer10": ["10.8.0.43-1+cuda12.8"],
         "datacenter-gpu-manager": ["1:3.3.6", "1:3.3.9"],
         "datacenter-gpu-manager-4-cuda13": ["1:4.5.2-1", "1:4.5.3-1"],
         "datacenter-gpu-manager-exporter": ["4.6.0-1"],
