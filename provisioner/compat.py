@@ -7,6 +7,7 @@ field, and the nearest setting that would pass.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from functools import cache
 from typing import Callable, Iterator
@@ -17,6 +18,10 @@ from provisioner import paths
 from provisioner.models import Profile
 
 DATA = paths.DATA_DIR / "compat.yml"
+# Written by scripts/update_compat_tables.py from NVIDIA's releases.json and PyTorch's
+# release matrix; merged under compat.yml (driver_branches, torch, more torch_arches).
+GENERATED = paths.DATA_DIR / "compat_generated.yml"
+FLAVOUR_OF_OS = {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404", "debian-12": "debian12"}
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class Problem:
     field: str
     message: str
     fix: str
+    severity: str = "error"   # "warning": the profile validates, and `--strict` refuses it
 
     def render(self) -> str:
         return f"[{self.rule}] {self.field}: {self.message} -> {self.fix}"
@@ -36,7 +42,25 @@ def version(text: str) -> tuple[int, ...]:
 
 @cache
 def matrix() -> dict:
-    return yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    generated = yaml.safe_load(GENERATED.read_text(encoding="utf-8"))
+    data["driver_branches"] = generated["driver_branches"]
+    data["torch"] = generated["torch"]
+    data["torch_arches"] = {**data["torch_arches"], **generated["torch_arches"]}
+    return data
+
+
+def today() -> dt.date:
+    return dt.date.today()
+
+
+def model_spec(profile: Profile) -> dict:
+    """The matrix's entry for the GPU model the profile names ({} when it names none or an unknown one)."""
+    model = (profile.hardware.gpu.model or "").upper()
+    found = sorted(((marker, spec) for arch in matrix()["architectures"].values()
+                    for marker, spec in arch["models"].items() if marker.upper() in model),
+                   key=lambda pair: -len(pair[0]))
+    return found[0][1] if found else {}
 
 
 def architecture_of(profile: Profile) -> str | None:
@@ -83,7 +107,10 @@ def torch_index(profile: Profile) -> str | None:
         return None
     toolkit = version(profile.cuda.default)
     usable = [ix for ix in release["indexes"] if _index_cuda(ix) <= toolkit]
-    return max(usable, key=_index_cuda) if usable else "cpu"
+    if usable:
+        return max(usable, key=_index_cuda)
+    # Never a silent CPU build on a GPU host: the torch-index-default rule refuses this.
+    return None if profile.expects_gpu else "cpu"
 
 
 def _index_cuda(index: str) -> tuple[int, ...]:
@@ -120,12 +147,39 @@ def cuda_min_driver(p: Profile) -> Iterator[Problem]:
         if floor is None:
             yield Problem("cuda-known", "cuda.toolkits", f"CUDA {cuda} is not in the matrix",
                           f"use one of {', '.join(floors)}")
+        elif version(p.driver.version) < version(floor) and p.cuda.forward_compat:
+            yield from _forward_compat(p, cuda)
         elif version(p.driver.version) < version(floor):
             newest = max_cuda_for_driver(p.driver.version)
             yield Problem("cuda-min-driver", "driver.version",
                           f"CUDA {cuda} needs driver >= {floor}, the profile pins {p.driver.version}",
                           f"raise driver.version to {floor} or newer"
-                          + (f", or use CUDA {newest} which this driver supports" if newest else ""))
+                          + (f", or use CUDA {newest} which this driver supports" if newest else "")
+                          + ", or on data-center GPUs set cuda.forward_compat: true (cuda-compat)")
+
+
+def compat_package(cuda: str) -> str:
+    major, minor = cuda.split(".")
+    return matrix()["cuda_compat"]["package"].format(major=major, minor=minor)
+
+
+def _forward_compat(p: Profile, cuda: str) -> Iterator[Problem]:
+    """A toolkit newer than the driver, through cuda-compat: data-center GPUs on LTSB or
+    production branches only (NVIDIA CUDA Compatibility guide, Forward Compatibility)."""
+    if model_spec(p).get("geforce"):
+        yield Problem("cuda-compat-datacenter", "cuda.forward_compat",
+                      f"{compat_package(cuda)} (CUDA forward compatibility) works only on data-center GPUs, "
+                      f"not on {p.hardware.gpu.model}",
+                      f"raise driver.version to {matrix()['cuda']['min_driver'][cuda]} or newer")
+        return
+    life = lifecycle(p.driver.branch)
+    if life is None or life["type"] not in matrix()["cuda_compat"]["branch_types"]:
+        kind = life["type"] if life else "unknown"
+        yield Problem("cuda-compat-branch", "cuda.forward_compat",
+                      f"{compat_package(cuda)} is supported only on LTSB and production driver branches; "
+                      f"R{p.driver.branch} is {kind}",
+                      f"use an LTSB or production branch (R{supported_branch()}), or a driver >= "
+                      f"{matrix()['cuda']['min_driver'][cuda]}")
 
 
 @rule
@@ -170,14 +224,20 @@ def architecture(p: Profile) -> Iterator[Problem]:
             yield Problem("arch-max-cuda", "cuda.toolkits",
                           f"CUDA {cuda} dropped {arch.title()} GPUs (last: {spec['max_cuda']})",
                           f"use CUDA {spec['max_cuda']} or older")
-    modules = spec["open_modules"]
+    sku = model_spec(p)
+    if sku.get("min_driver") and version(p.driver.version) < version(sku["min_driver"]):
+        yield Problem("sku-min-driver", "driver.version",
+                      f"{p.hardware.gpu.model} needs driver >= {sku['min_driver']}, the profile pins {p.driver.version}",
+                      f"raise driver.version to {sku['min_driver']} or newer")
+    modules = sku.get("open_modules", spec["open_modules"])
     if p.driver.kernel_modules == "open" and modules == "unsupported":
         yield Problem("open-modules", "driver.kernel_modules",
                       f"the open kernel modules need Turing or newer; {arch.title()} is older",
                       "set driver.kernel_modules: proprietary")
     if p.driver.kernel_modules == "proprietary" and modules == "required":
+        what = p.hardware.gpu.model if "open_modules" in sku else f"{arch.title()} GPUs"
         yield Problem("open-modules", "driver.kernel_modules",
-                      f"{arch.title()} GPUs work only with the open kernel modules",
+                      f"{what} work only with the open kernel modules",
                       "set driver.kernel_modules: open")
 
 
@@ -188,6 +248,11 @@ def fabric_manager(p: Profile) -> Iterator[Problem]:
         yield Problem("fabric-manager-needed", "fabric_manager.enabled",
                       "NVSwitch systems cannot run CUDA jobs without fabric manager",
                       "set fabric_manager.enabled: auto (or true)")
+    if fm.enabled and p.hardware.interconnect != "nvswitch":
+        yield Problem("fabric-manager-no-nvswitch", "fabric_manager.enabled",
+                      f"fabric manager runs only on NVSwitch systems; on {p.hardware.interconnect} GPUs the service "
+                      "fails to start (NV_WARN_NOTHING_TO_DO)",
+                      "set fabric_manager.enabled: auto (off unless hardware.interconnect is nvswitch)")
     if fm.enabled and fm.version != p.driver.version:
         yield Problem("fabric-manager-version", "fabric_manager.version",
                       f"fabric manager {fm.version} does not match driver {p.driver.version}; "
@@ -242,6 +307,13 @@ def pytorch(p: Profile) -> Iterator[Problem]:
                       f"PyTorch {series} has wheels for Python {low} to {high}, not {env.python}",
                       f"set python_env.python: '{high}'")
     index = torch_index(p)
+    if index is None:
+        yield Problem("torch-index-default", "python_env.torch.index",
+                      f"PyTorch {series} publishes no CUDA index at or below the default toolkit "
+                      f"{p.cuda.default} ({', '.join(release['indexes'])}), and a GPU host must not get CPU wheels",
+                      f"set python_env.torch.index to one of {', '.join(release['indexes'])} "
+                      "(the wheels bundle their own CUDA runtime: the driver decides which run)")
+        return
     if index != "cpu" and index not in release["indexes"]:
         nearest = max((ix for ix in release["indexes"] if _index_cuda(ix) <= _index_cuda(index)),
                       key=_index_cuda, default=release["indexes"][0])
@@ -255,3 +327,124 @@ def pytorch(p: Profile) -> Iterator[Problem]:
             yield Problem("torch-index-driver", "python_env.torch.index",
                           f"{index} wheels need driver >= {floor} (CUDA {major}.x), the profile pins {p.driver.version}",
                           f"raise driver.version, or use an older index of {', '.join(release['indexes'])}")
+
+
+# --- GPU architectures in the wheels -------------------------------------------------
+
+def compute_capability(profile: Profile) -> str | None:
+    return model_spec(profile).get("cc")
+
+
+def wheel_arches(series: str, index: str) -> tuple[list[str], str | None] | None:
+    """The compute capabilities PyTorch `series`'s `index` wheels carry, and their PTX arch."""
+    entry = matrix()["torch_arches"].get(series, {})
+    if index not in entry:
+        return None
+    return entry[index], entry.get("ptx", {}).get(index)
+
+
+def runs_on(cc: str, arches: list[str], ptx: str | None) -> bool:
+    """A cubin runs on its own major at an equal or higher minor; PTX JIT-compiles upwards."""
+    major, minor = version(cc)
+    cubin = any(version(a)[0] == major and version(a)[1] <= minor for a in arches)
+    return cubin or (ptx is not None and version(ptx) <= version(cc))
+
+
+@rule
+def torch_arch(p: Profile) -> Iterator[Problem]:
+    env = p.python_env
+    if not (p.expects_gpu and env.enabled and env.torch):
+        return
+    cc, index = compute_capability(p), torch_index(p)
+    series = torch_series(env.torch.version)
+    if cc is None or index in (None, "cpu"):
+        return
+    built = wheel_arches(series, index)
+    if built is None or runs_on(cc, *built):
+        return
+    sm = "sm_" + cc.replace(".", "")
+    others = [ix for ix in matrix()["torch"].get(series, {}).get("indexes", [])
+              if (w := wheel_arches(series, ix)) and runs_on(cc, *w)]
+    yield Problem("torch-arch", "python_env.torch.index",
+                  f"PyTorch {series} {index} wheels are built for {', '.join('sm_' + a.replace('.', '') for a in built[0])}; "
+                  f"{p.hardware.gpu.model} is {sm}, so CUDA would fail with 'no kernel image is available'",
+                  f"use index {' or '.join(others)}" if others else "use a PyTorch release whose wheels carry " + sm)
+
+
+# --- driver lifecycle ----------------------------------------------------------------
+
+def lifecycle(branch: int) -> dict | None:
+    """{type, eol ('YYYY-MM' or None), basis} for a driver branch, or None if NVIDIA lists it nowhere we read."""
+    life = matrix()["driver_lifecycle"]
+    published = life["published"].get(branch)
+    known = matrix()["driver_branches"].get(branch)
+    if published:
+        return {**published, "basis": "NVIDIA's data-center lifecycle table"}
+    if known:
+        first = dt.date.fromisoformat(known["first_release"])
+        years = life["policy_years"][known["type"]]
+        return {"type": known["type"], "eol": f"{first.year + years}-{first.month:02d}",
+                "basis": f"NVIDIA's lifecycle policy ({years} year{'s' * (years > 1)} from {known['first_release']})"}
+    return None
+
+
+def _ended(eol: str | None, on: dt.date) -> bool:
+    return eol is not None and (on.year, on.month) > tuple(int(x) for x in eol.split("-"))
+
+
+def supported_branch(on: dt.date | None = None) -> int:
+    """The long-term branch to move to: the newest LTSB not at end of life with a known release."""
+    on = on or today()
+    branches = set(matrix()["driver_branches"]) | set(matrix()["driver_lifecycle"]["published"])
+    lts = [b for b in branches if (life := lifecycle(b)) and life["type"] == "lts" and not _ended(life["eol"], on)
+           and b in matrix()["driver_branches"]]
+    return max(lts)
+
+
+@rule
+def driver_eol(p: Profile) -> Iterator[Problem]:
+    # Distribution packages (driver.source: distro) carry NVIDIA's branches too: judged alike.
+    on, branch = today(), p.driver.branch
+    life = lifecycle(branch)
+    known = set(matrix()["driver_branches"]) | set(matrix()["driver_lifecycle"]["published"])
+    geforce = " (NVIDIA's data-center table; GeForce cards run the same driver packages and have no other)" \
+        if model_spec(p).get("geforce") else ""
+    target = supported_branch(on)
+    fix = f"move to R{target} (long-term support, end of life {lifecycle(target)['eol']}); see compat.yml driver_lifecycle"
+    if life is None and branch < max(known):
+        yield Problem("driver-eol", "driver.branch",
+                      f"R{branch} is not in NVIDIA's lifecycle table, which lists every branch it does not name as "
+                      f"end of life{geforce}", fix, severity="warning")
+    elif life is not None and _ended(life["eol"], on):
+        yield Problem("driver-eol", "driver.branch",
+                      f"R{branch} ({life['type']} branch) reached end of life in {life['eol']} "
+                      f"({life['basis']}){geforce}", fix, severity="warning")
+
+
+# --- what each flavour of NVIDIA's repository carries --------------------------------
+
+@rule
+def flavour_carries(p: Profile) -> Iterator[Problem]:
+    flavour = FLAVOUR_OF_OS.get(p.os)
+    carries = matrix()["flavours"].get(flavour)
+    if carries is None or p.cuda.source != "cuda_repo":
+        return
+    other = "ubuntu-22.04" if p.os != "ubuntu-22.04" else "ubuntu-24.04"
+    if p.cuda.enabled:
+        for cuda in p.cuda.toolkits:
+            if cuda not in carries["cuda"]:
+                yield Problem("flavour-cuda", "cuda.toolkits",
+                              f"NVIDIA's {flavour} repository has no CUDA {cuda} (it starts at {carries['cuda'][0]})",
+                              f"use CUDA {carries['cuda'][0]} or newer, or os: {other}")
+    for kind, key in (("cudnn", "cudnn_majors"), ("tensorrt", "tensorrt_majors")):
+        lib = getattr(p, kind)
+        if lib.enabled and lib.version.split(".")[0] not in carries[key]:
+            yield Problem(f"flavour-{kind}", f"{kind}.version",
+                          f"NVIDIA's {flavour} repository has no {kind} {lib.version.split('.')[0]}.x packages",
+                          f"use {kind} {' or '.join(m + '.x' for m in carries[key])}, or os: {other}")
+
+
+def package_names(kind: str, cuda_major: int | str) -> dict[str, str]:
+    """cuDNN 9 / DCGM 4 package names for a CUDA major, from compat.yml package_naming."""
+    naming = matrix()["package_naming"][kind]
+    return {role: name.format(cuda_major=cuda_major) for role, name in naming.items() if role != "cuda_majors"}

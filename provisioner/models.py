@@ -38,7 +38,7 @@ class Strict(BaseModel):
 
 # --- hardware expectations ---------------------------------------------------------
 
-Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+Architecture = Literal["maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"]
 
 
 class GPU(Strict):
@@ -65,7 +65,9 @@ class Hardware(Strict):
     infiniband: bool = False
 
 
-OS = Literal["ubuntu-22.04", "debian-12"]
+OS = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+# The system Python of each OS: python_env.python's default (a venv uses it as is).
+DEFAULT_PYTHON = {"ubuntu-22.04": "3.10", "ubuntu-24.04": "3.12", "debian-12": "3.11"}
 
 # --- software stack ----------------------------------------------------------------
 
@@ -99,6 +101,9 @@ class Cuda(Strict):
     source: Source | None = Field(None, description="defaults to driver.source")
     toolkits: list[CudaVersion] = Field(min_length=1)
     default: CudaVersion | None = Field(None, description="the one /usr/local/cuda points at; first toolkit if left out")
+    forward_compat: bool = Field(
+        False, description="run toolkits newer than the driver through NVIDIA's cuda-compat package "
+                           "(data-center GPUs on LTSB/production branches only)")
 
     @model_validator(mode="after")
     def _default_is_installed(self) -> Cuda:
@@ -145,7 +150,7 @@ class Torch(Strict):
 class PythonEnv(Strict):
     enabled: bool = True
     manager: Literal["conda", "venv"] = "conda"
-    python: str = Field("3.10", pattern=r"^3\.\d{1,2}$")
+    python: str | None = Field(None, pattern=r"^3\.\d{1,2}$", description="defaults to the OS's system Python")
     name: str = Field("pytorch_env", pattern=ENV_NAME, description="the environment's folder name (no /, not . or ..)")
     prefix: OwnedDir = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
     owner: str = Field("root", pattern=USER_NAME)
@@ -271,6 +276,8 @@ class Profile(Strict):
         # Derived values are filled in once here so every consumer sees the same answer.
         if self.cuda.source is None:
             self.cuda.source = self.driver.source
+        if self.python_env.python is None:
+            self.python_env.python = DEFAULT_PYTHON[self.os]
         if self.fabric_manager.enabled == "auto":
             self.fabric_manager.enabled = self.hardware.interconnect == "nvswitch"
         if self.fabric_manager.enabled and self.fabric_manager.version is None:

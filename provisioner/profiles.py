@@ -61,6 +61,7 @@ def deep_merge(parent: dict, child: dict) -> dict:
 class Loaded:
     profile: Profile
     files: tuple[Path, ...]  # the profile's own file first, then its ancestors
+    warnings: tuple = ()     # compat.Problem with severity "warning" (end-of-life driver...): `--strict` refuses them
 
     @property
     def digest(self) -> str:
@@ -134,7 +135,8 @@ def load(ref: str) -> Loaded:
         ) from None
     if profile.hardware.gpu.architecture is None:  # resolved once, shown by `profiles show`
         profile.hardware.gpu.architecture = compat.architecture_of(profile)
-    problems = compat.check(profile)
+    found = compat.check(profile)
+    problems = [p for p in found if p.severity == "error"]
     if problems:
         raise ProvisionError(
             f"incompatible versions in profile {profile.name!r} ({files[0]}):\n  "
@@ -148,7 +150,16 @@ def load(ref: str) -> Loaded:
         packages.plan(profile)
     except ProvisionError as exc:
         raise ProvisionError(f"{exc.message} ({files[0]})", where=exc.where, fix=exc.fix) from None
-    return Loaded(profile, files)
+    return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"))
+
+
+def refuse_warnings(loaded: Loaded) -> None:
+    """`--strict`: a profile with warnings is refused like an invalid one."""
+    if loaded.warnings:
+        raise ProvisionError(
+            f"profile {loaded.profile.name!r} has warnings and --strict refuses them:\n  "
+            + "\n  ".join(w.render() for w in loaded.warnings),
+            where=str(loaded.files[0]), fix="apply the suggested fix, or run without --strict")
 
 
 def as_dict(profile: Profile) -> dict[str, Any]:
@@ -165,5 +176,7 @@ def digest(profile: Profile) -> str:
     data = as_dict(profile)
     if not data.get("inventory_overrides"):  # unset: the digest hosts recorded before the field existed
         data.pop("inventory_overrides", None)
+    if not data["cuda"].get("forward_compat"):  # likewise for cuda.forward_compat (issue 15)
+        data["cuda"].pop("forward_compat", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -17,8 +17,35 @@ EXAMPLE = str(REPO / "inventories" / "example" / "hosts.ini")
 def test_profiles_lists_every_builtin_with_gpus_cuda_and_driver():
     result = runner.invoke(app, ["profiles"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for row in ("h100-train", "8x H100 80GB HBM3", "580.95.05", "debian12-lab", "rtx4090-dev", "12.4"):
+    for row in ("h100-train", "8x H100 80GB HBM3", "debian12-lab", "rtx4090-dev", "12.4", "h200-train",
+                "8x H200", "b200-train", "8x B200", "rtx5090-cv", "2x RTX 5090", "a10-infer", "1x A10",
+                "580.95.05"):
         assert row in result.output
+
+
+def test_validate_warns_on_an_end_of_life_branch_and_strict_refuses_it():
+    lax = runner.invoke(app, ["profiles", "validate", "debian12-lab"])
+    assert lax.exit_code == 0 and "[driver-eol]" in lax.output and "2026-06" in lax.output
+    assert "move to R580" in lax.output
+    strict = runner.invoke(app, ["profiles", "validate", "--strict", "debian12-lab", "l40s-infer"])
+    assert strict.exit_code == 1 and "--strict refuses" in strict.output and "Traceback" not in strict.output
+    assert "ok    l40s-infer" in strict.output  # a supported branch passes --strict
+
+
+def test_every_builtin_on_a_supported_branch_passes_strict():
+    from provisioner import profiles
+
+    # debian12-lab keeps Debian's R535 on purpose; h100-train moves to R580 in the lead's branch.
+    names = [n for n in profiles.builtin_names() if n not in ("debian12-lab", "h100-train")]
+    result = runner.invoke(app, ["profiles", "validate", "--strict", *names])
+    assert result.exit_code == 0 and result.output.count("ok ") == len(names) and "warn" not in result.output
+
+
+def test_up_strict_refuses_an_end_of_life_profile_before_touching_hosts(tmp_path: Path):
+    runs = tmp_path / "runs"
+    result = runner.invoke(app, ["up", "--strict", "-p", "debian12-lab", EXAMPLE, "--runs-dir", str(runs)])
+    assert result.exit_code == 1 and "--strict refuses" in result.output and "[driver-eol]" in result.output
+    assert not runs.exists()  # refused before a run folder (or a host) was touched
 
 
 def test_profiles_show_prints_the_resolved_yaml():

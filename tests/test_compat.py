@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 
 import pytest
 
@@ -11,13 +12,20 @@ from provisioner.models import Profile
 from provisioner.profiles import deep_merge
 
 
+@pytest.fixture(autouse=True)
+def fixed_today(monkeypatch):
+    # End of life is judged against today; the cases are written for this date.
+    monkeypatch.setattr(compat, "today", lambda: dt.date(2026, 12, 1))
+
+
 def build(base: str, changes: dict) -> Profile:
     data = deep_merge(copy.deepcopy(profiles.as_dict(profiles.load(base).profile)), changes)
     # Derived values are re-derived from the changed settings, as a fresh load would.
     data["hardware"]["gpu"].setdefault("architecture", None)
     if "architecture" not in changes.get("hardware", {}).get("gpu", {}):
         data["hardware"]["gpu"]["architecture"] = None
-    for section, key in (("fabric_manager", "version"), ("cuda", "source"), ("cuda", "default")):
+    for section, key in (("fabric_manager", "version"), ("cuda", "source"), ("cuda", "default"),
+                         ("python_env", "python")):
         if key not in changes.get(section, {}):
             data[section][key] = None
     if "enabled" not in changes.get("fabric_manager", {}):
@@ -73,14 +81,14 @@ CASES = [
     ("cudnn-known", "h100-train", {"cudnn": {"version": "8.9.6.50"}}, {"cudnn": {"version": "8.9.9.99"}}, "use one of"),
     ("cudnn-cuda", "h100-train", {"cudnn": {"version": "9.1.0.70"}}, {"cudnn": {"version": "8.6.0.163"}},
      "use cudnn"),
-    ("nccl-cuda", "h100-train", {"nccl": {"version": "2.18.3"}}, {"nccl": {"version": "2.16.5"}}, "use nccl 2.25.1"),
+    ("nccl-cuda", "h100-train", {"nccl": {"version": "2.18.3"}}, {"nccl": {"version": "2.16.5"}}, "use nccl 2.28.9"),
     ("tensorrt-cuda", "l40s-infer", {}, {"cuda": {"toolkits": ["12.2"]}, "cudnn": {"version": "8.9.7.29"},
                                          "nccl": {"version": "2.18.5"}, "python_env": {"torch": {"index": "cu121"}}},
      "use tensorrt 8.6.1.6"),
     ("tensorrt-cudnn", "l40s-infer", {"cudnn": {"version": "8.6.0.163"}}, {"cudnn": {"version": "8.9.7.29"}},
      "use cuDNN 8.6.x"),
     ("torch-known", "h100-train", {"python_env": {"torch": {"version": "2.3.1"}}},
-     {"python_env": {"torch": {"version": "1.13.1"}}}, "use one of"),
+     {"python_env": {"torch": {"version": "1.11.0"}}}, "use one of"),
     ("torch-python", "h100-train", {"python_env": {"python": "3.11"}}, {"python_env": {"python": "3.9"}},
      "python_env.python: '3.14'"),
     ("torch-index", "h100-train", {"python_env": {"torch": {"index": "cu126"}}},
@@ -88,6 +96,46 @@ CASES = [
     ("torch-index-driver", "l40s-infer", {"python_env": {"torch": {"index": "cu121"}}},
      {"driver": {"branch": 520, "version": "520.61.05"}, "python_env": {"torch": {"index": "cu121"}}},
      "raise driver.version"),
+    # --- issue 15 ---
+    ("torch-arch", "rtx5090-cv", {}, {"python_env": {"torch": {"index": "cu126"}}}, "use index cu130 or cu132"),
+    ("torch-arch", "h100-train",  # Volta left the cu128 wheels in 2.11 (PyTorch PR #175253)
+     {"hardware": {"gpu": {"model": "Tesla V100-SXM2-32GB"}, "interconnect": "nvlink"},
+      "cuda": {"toolkits": ["12.8"]}, "nccl": {"version": "2.25.1"}, "cudnn": {"enabled": False},
+      "python_env": {"torch": {"version": "2.10.0", "index": "cu128"}}},
+     {"hardware": {"gpu": {"model": "Tesla V100-SXM2-32GB"}, "interconnect": "nvlink"},
+      "cuda": {"toolkits": ["12.8"]}, "nccl": {"version": "2.25.1"}, "cudnn": {"enabled": False},
+      "python_env": {"torch": {"version": "2.11.0", "index": "cu128"}}}, "use index cu126"),
+    ("torch-index-default", "h100-train", {"python_env": {"torch": {"version": "2.11.0", "index": "cu126"}}},
+     {"python_env": {"torch": {"version": "2.11.0", "index": None}}}, "set python_env.torch.index to one of cu126"),
+    ("driver-eol", "l40s-infer", {}, {"driver": {"branch": 535, "version": "535.129.03"}},
+     "move to R580 (long-term support, end of life 2028-08)"),
+    ("driver-eol", "l40s-infer", {"driver": {"branch": 595, "version": "595.45.04"}},  # production until 2027-03
+     {"driver": {"branch": 520, "version": "520.61.05"}}, "move to R580"),
+    ("fabric-manager-no-nvswitch", "l40s-infer", {"fabric_manager": {"enabled": "auto"}},
+     {"fabric_manager": {"enabled": True}}, "fabric_manager.enabled: auto"),
+    ("arch-max-cuda", "t4-infer", {"hardware": {"gpu": {"model": "Tesla P100-PCIE-16GB"}}},  # Pascal: CUDA 12.x only
+     {"hardware": {"gpu": {"model": "Tesla P100-PCIE-16GB"}}, "cuda": {"toolkits": ["13.0"]}}, "use CUDA 12.9 or older"),
+    ("arch-max-cuda", "t4-infer", {"hardware": {"gpu": {"model": "Tesla M60"}}},  # Maxwell: CUDA 12.x only
+     {"hardware": {"gpu": {"model": "Tesla M60"}}, "cuda": {"toolkits": ["13.0"]}}, "use CUDA 12.9 or older"),
+    ("open-modules", "h200-train", {"hardware": {"gpu": {"model": "NVIDIA GH200 480GB"}}},
+     {"hardware": {"gpu": {"model": "NVIDIA GH200 480GB"}}, "driver": {"kernel_modules": "proprietary"}},
+     "kernel_modules: open"),
+    ("sku-min-driver", "rtx5090-cv", {"hardware": {"gpu": {"model": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}}},
+     {"hardware": {"gpu": {"model": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}},
+      "driver": {"branch": 570, "version": "570.172.08"}, "cuda": {"toolkits": ["12.8"]},
+      "python_env": {"torch": {"version": "2.7.1", "index": "cu128"}}}, "raise driver.version to 575.57.08"),
+    ("cuda-min-driver", "h200-train", {"cuda": {"toolkits": ["13.2"], "forward_compat": True}},
+     {"cuda": {"toolkits": ["13.2"]}}, "raise driver.version to 595.45.04"),
+    ("cuda-compat-datacenter", "rtx5090-cv", {"driver": {"branch": 595, "version": "595.45.04"},
+                                              "cuda": {"toolkits": ["13.2"]}},
+     {"cuda": {"toolkits": ["13.2"], "forward_compat": True}}, "raise driver.version to 595.45.04"),
+    ("cuda-compat-branch", "h200-train", {"cuda": {"toolkits": ["13.2"], "forward_compat": True}},
+     {"driver": {"branch": 590, "version": "590.44.01"}, "cuda": {"toolkits": ["13.2"], "forward_compat": True}},
+     "use an LTSB or production branch"),
+    ("flavour-cuda", "h200-train", {"os": "ubuntu-24.04"}, {"os": "ubuntu-24.04", "cuda": {"toolkits": ["12.2"]}},
+     "use CUDA 12.5 or newer, or os: ubuntu-22.04"),
+    ("flavour-cudnn", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use cudnn 9.x, or os: ubuntu-22.04"),
+    ("flavour-tensorrt", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use tensorrt 10.x, or os: ubuntu-22.04"),
 ]
 
 
@@ -108,7 +156,8 @@ def test_every_rule_in_the_module_has_a_case():
         line = line.strip()
         if line.startswith('yield Problem("') or line.startswith('yield Problem(f"'):
             named.add(line.split('"')[1])
-    tested = {c[0] for c in CASES} | {"nccl-known", "tensorrt-known"}  # f"{kind}-known" shares cudnn-known's code
+    # f"{kind}-known" shares cudnn-known's code; f"flavour-{kind}" is tested as flavour-cudnn/-tensorrt
+    tested = {c[0] for c in CASES} | {"nccl-known", "tensorrt-known"}
     named = {n for n in named if "{kind}" not in n}
     assert named <= tested, f"untested rules: {named - tested}"
 
@@ -134,3 +183,84 @@ def test_max_cuda_for_driver():
     assert compat.max_cuda_for_driver("535.129.03") == "12.2"
     assert compat.max_cuda_for_driver("570.124.06") == "12.8"
     assert compat.max_cuda_for_driver("400.00") is None
+
+
+def test_the_measured_wheel_architectures_are_what_the_matrix_says():
+    # Measured with `pip install torch==X` (PyPI's default variant, cu130 for both) and
+    # torch._C._cuda_getArchFlags() on a GPU-less host (compat.yml torch_arches notes).
+    measured = ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]
+    assert compat.wheel_arches("2.11", "cu130")[0] == measured
+    assert compat.wheel_arches("2.14", "cu130")[0] == measured
+    assert compat.wheel_arches("2.14", "cu126")[0][-1] == "9.0"       # cu126 stops at sm_90
+    assert "7.0" not in compat.wheel_arches("2.11", "cu128")[0]       # 2.11 dropped Volta from cu128
+    assert compat.runs_on("8.9", ["8.0", "8.6"], None)                 # Ada runs sm_86 cubins
+    assert compat.runs_on("10.3", ["10.0"], None)                      # B300 runs sm_100 cubins
+    assert compat.runs_on("12.1", ["10.0", "12.0"], "12.0")            # PTX JIT upwards
+    assert not compat.runs_on("12.0", ["9.0"], None) and not compat.runs_on("7.0", ["7.5"], None)
+
+
+def test_the_default_index_never_falls_back_to_cpu_on_a_gpu_profile():
+    gpu = build("h100-train", {"python_env": {"torch": {"version": "2.11.0", "index": None}}})
+    assert compat.torch_index(gpu) is None                             # refused by torch-index-default
+    lab = build("debian12-lab", {"python_env": {"torch": {"index": None}}})
+    assert compat.torch_index(lab) == "cpu"                            # no GPU: CPU wheels are right
+
+
+def test_end_of_life_names_the_date_the_branch_and_what_it_does_for_geforce():
+    datacenter = rules_broken("l40s-infer", {"driver": {"branch": 550, "version": "550.54.15"}})["driver-eol"]
+    assert datacenter.severity == "warning" and "2025-02" in datacenter.message and "R550" in datacenter.message
+    assert "1 year from 2024-02-23" in datacenter.message                # policy where the table gives no month
+    assert "GeForce" not in datacenter.message
+    geforce = rules_broken("rtx4090-dev", {"driver": {"branch": 535, "version": "535.129.03"}})["driver-eol"]
+    assert "GeForce cards run the same driver packages" in geforce.message
+    assert compat.lifecycle(580) == {"type": "lts", "eol": "2028-08", "basis": "NVIDIA's data-center lifecycle table"}
+    assert compat.lifecycle(620)["eol"] is None and compat.supported_branch(dt.date(2026, 12, 1)) == 580
+
+
+def test_forward_compat_accepts_a_newer_toolkit_only_where_nvidia_supports_it():
+    ok = rules_broken("h200-train", {"cuda": {"toolkits": ["13.2"], "forward_compat": True}})
+    assert not {"cuda-min-driver", "cuda-compat-datacenter", "cuda-compat-branch"} & set(ok)
+    assert compat.compat_package("13.2") == "cuda-compat-13-2"
+
+
+def test_nvidia_smi_names_of_current_cards():
+    for model, arch, cc in [("NVIDIA H200", "hopper", "9.0"), ("NVIDIA H200 NVL", "hopper", "9.0"),
+                            ("NVIDIA GH200 480GB", "hopper", "9.0"), ("NVIDIA H100 NVL", "hopper", "9.0"),
+                            ("NVIDIA B200", "blackwell", "10.0"), ("NVIDIA B300 SXM6 AC", "blackwell", "10.3"),
+                            ("NVIDIA GB200", "blackwell", "10.0"), ("NVIDIA GeForce RTX 5090", "blackwell", "12.0"),
+                            ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "blackwell", "12.0"),
+                            ("NVIDIA A10", "ampere", "8.6"), ("NVIDIA A10G", "ampere", "8.6"),
+                            ("NVIDIA A100-SXM4-80GB", "ampere", "8.0"), ("NVIDIA L4", "ada", "8.9"),
+                            ("NVIDIA L40S", "ada", "8.9"), ("Tesla P100-PCIE-16GB", "pascal", "6.0"),
+                            ("Tesla P40", "pascal", "6.1"), ("Tesla P4", "pascal", "6.1"),
+                            ("Tesla M60", "maxwell", "5.2"), ("Tesla T4", "turing", "7.5")]:
+        p = build("h100-train", {"hardware": {"gpu": {"model": model}}})
+        assert (compat.architecture_of(p), compat.compute_capability(p)) == (arch, cc), model
+
+
+def test_cudnn9_and_dcgm4_names_are_data_and_the_catalogue_carries_them():
+    from provisioner import catalogue
+
+    assert compat.package_names("cudnn9", 13) == {"runtime": "libcudnn9-cuda-13", "dev": "libcudnn9-dev-cuda-13",
+                                                   "meta": "cudnn9-cuda-13"}
+    assert compat.package_names("dcgm4", 13) == {"core": "datacenter-gpu-manager-4-core",
+                                                  "cuda": "datacenter-gpu-manager-4-cuda13"}
+    for flavour in ("ubuntu2204", "ubuntu2404"):
+        cat = catalogue.load(flavour)
+        for name in (*compat.package_names("cudnn9", 13).values(), *compat.package_names("dcgm4", 13).values(),
+                     compat.package_names("cudnn9", 12)["runtime"]):
+            assert cat.versions(name), (flavour, name)
+
+
+def test_flavour_table_agrees_with_the_catalogues():
+    import re
+
+    from provisioner import catalogue
+
+    for flavour, carries in compat.matrix()["flavours"].items():
+        cat = catalogue.load(flavour)
+        for name in cat.packages:
+            if m := re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", name):
+                assert f"{m[1]}.{m[2]}" in carries["cuda"], (flavour, name)
+            if name == "libcudnn8":
+                assert "8" in carries["cudnn_majors"], flavour

@@ -144,7 +144,7 @@ def test_a_changed_catalogue_rebuilds(repo, cat, tmp_path):
     assert cudarepo.build(root, cat=small).cached
     changed = small.model_copy(update={"sha256": "0" * 64})
     rebuilt = cudarepo.build(root, cat=changed)
-    assert not rebuilt.cached and rebuilt.packages == 3
+    assert not rebuilt.cached and rebuilt.packages == len(cat.packages["libnccl2"])
 
 
 def test_payloads_are_few_and_only_where_named(repo, cat, tmp_path):
@@ -241,7 +241,9 @@ def test_apt_accepts_it_and_sees_nvidias_versions(repo, tmp_path):
 
 def test_the_noble_flavour_builds_and_verifies(tmp_path):
     r = cudarepo.build(tmp_path / "noble", flavour="ubuntu2404")
-    assert r.dir == tmp_path / "noble" / "ubuntu2404" / "x86_64" and r.packages == 84
+    noble = catalogue.load("ubuntu2404")
+    assert r.dir == tmp_path / "noble" / "ubuntu2404" / "x86_64"
+    assert r.packages == sum(len(v) for v in noble.packages.values())
     keyring = tmp_path / "k.gpg"
     subprocess.run(["gpg", "--batch", "--dearmor", "-o", str(keyring), str(r.dir / f"{r.key_id}.pub")], check=True)
     assert subprocess.run(["gpgv", "--keyring", str(keyring), str(r.dir / "InRelease")], capture_output=True).returncode == 0

@@ -62,7 +62,7 @@ def _normalised(folder: Path) -> dict[str, str]:
     return texts
 
 
-@pytest.mark.parametrize("profile", ["h100-train", "debian12-lab"])
+@pytest.mark.parametrize("profile", profiles.builtin_names())
 def test_render_matches_the_golden_files(profile: str, tmp_path: Path):
     out = tmp_path / "out"
     render(profiles.load(profile), inventory.load(EXAMPLE), out)
@@ -75,6 +75,18 @@ def test_render_matches_the_golden_files(profile: str, tmp_path: Path):
             (golden_dir / name).write_text(text)
     want = {str(p.relative_to(golden_dir)): p.read_text() for p in sorted(golden_dir.rglob("*")) if p.is_file()}
     assert got == want
+
+
+@pytest.mark.parametrize("name", ["h200-train", "b200-train"])
+def test_current_training_profiles_render_for_ubuntu_24_04(name: str, tmp_path: Path):
+    child = tmp_path / "noble.yml"
+    child.write_text(f"extends: {name}\nname: {name}-noble\ndescription: on 24.04\nos: ubuntu-24.04\n")
+    out = tmp_path / "out"
+    render(profiles.load(str(child)), inventory.load(EXAMPLE), out)
+    group_vars = load_unsafe((out / "group_vars/all/provisioner.yml").read_text())
+    assert group_vars["provisioner_os"] == "ubuntu-24.04"
+    assert group_vars["nvidia_driver_version"] == "580.95.05" and group_vars["cuda_toolkit_versions"] == ["13.0"]
+    assert group_vars["python_env_torch_index"] == "cu130" and "libcudnn9-cuda-13" in group_vars["cudnn_pins"]
 
 
 def test_render_is_byte_identical_across_runs(tmp_path: Path):

@@ -8,7 +8,10 @@ import yaml
 from provisioner import profiles
 from provisioner.errors import ProvisionError
 
-BUILTINS = ["a100-train", "debian12-lab", "h100-train", "l40s-infer", "rtx4090-dev", "t4-infer"]
+BUILTINS = ["a10-infer", "a100-train", "b200-train", "debian12-lab", "h100-train", "h200-train", "l40s-infer",
+            "rtx4090-dev", "rtx5090-cv", "t4-infer"]
+# Built-ins that keep an end-of-life driver branch on purpose, and say why in a comment.
+EOL_ON_PURPOSE = {"debian12-lab"}
 
 
 def test_every_builtin_loads_and_passes_the_matrix():
@@ -17,6 +20,32 @@ def test_every_builtin_loads_and_passes_the_matrix():
         loaded = profiles.load(name)
         assert loaded.profile.name == name
         assert len(loaded.digest) == 64
+
+
+def test_no_builtin_warns_except_the_ones_that_say_why():
+    for name in BUILTINS:
+        warned = {w.rule for w in profiles.load(name).warnings}
+        if name in EOL_ON_PURPOSE:
+            assert warned == {"driver-eol"}, name
+            assert "on purpose" in profiles.find(name).read_text()
+        elif name != "h100-train":  # the lead moves h100-train to R580 (issue 14/15 split)
+            assert warned == set(), (name, warned)
+
+
+@pytest.mark.parametrize("name", ["h200-train", "b200-train"])
+def test_current_training_profiles_validate_on_ubuntu_24_04(tmp_path: Path, name: str):
+    child = tmp_path / "noble.yml"
+    child.write_text(f"extends: {name}\nname: {name}-noble\ndescription: on 24.04\nos: ubuntu-24.04\n")
+    loaded = profiles.load(str(child))
+    assert loaded.profile.os == "ubuntu-24.04" and loaded.warnings == ()
+
+
+def test_python_defaults_to_the_systems_python_of_the_os(tmp_path: Path):
+    for os_name, python in (("ubuntu-24.04", "3.12"), ("ubuntu-22.04", "3.10")):
+        child = tmp_path / f"{os_name}.yml"
+        child.write_text("extends: rtx5090-cv\nname: py\ndescription: default python\n"
+                         f"os: {os_name}\npython_env:\n  python: null\n")
+        assert profiles.load(str(child)).profile.python_env.python == python
 
 
 def test_h100_train_is_what_the_seed_guidance_asks_for():
@@ -89,8 +118,8 @@ def test_digest_changes_with_any_setting(tmp_path: Path):
 
 def test_unknown_builtin_lists_the_real_ones():
     with pytest.raises(ProvisionError) as err:
-        profiles.load("h200-train")
-    assert "unknown profile 'h200-train'" in str(err.value)
+        profiles.load("h900-train")
+    assert "unknown profile 'h900-train'" in str(err.value)
     assert "h100-train" in err.value.fix
 
 

@@ -17,9 +17,15 @@ from provisioner.cli.options import (DEFAULT_RUNS_DIR, AskBecomePass, Batch, Bec
                                      Force, Forks, InventoryArg, Json, Junit, Limit, MaxFail, Output, Profile, RunsDir)
 
 
-def _warn_dropped(s: Session, target) -> None:
+def _warn_dropped(s: Session, target, *, strict: bool = False) -> None:
     for line in target.inventory.dropped_secrets:
         s.warn(f"left out secret {line}; pass it with ansible-vault, --ask-become-pass or the environment")
+    for problem in target.loaded.warnings:  # e.g. an end-of-life driver branch
+        s.warn(problem.render())
+    if strict:
+        from provisioner import profiles
+
+        profiles.refuse_warnings(target.loaded)
 
 
 @app.command()
@@ -47,13 +53,14 @@ def render(
     s.say(f"run: ANSIBLE_CONFIG={cfg} ansible-playbook {paths.FQCN}.site")
 
 
-def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet: Fleet, **options: bool) -> None:
+def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet: Fleet, *, strict: bool = False,
+                  **options: bool) -> None:
     """Validate, run `command` on the hosts with live progress, show the report, exit with its code."""
     from provisioner.engine import commands
     from provisioner.engine.progress import Progress
 
     target = commands.prepare(profile, inventory)  # everything validated before any host is touched
-    _warn_dropped(s, target)
+    _warn_dropped(s, target, strict=strict)
     become = fleet.become.prompted()
     with Progress(s.err if fleet.as_json else s.out) as progress:
         report = commands.execute(command, target, runs_dir=fleet.runs_dir, limit=fleet.limit, forks=fleet.forks,
@@ -111,7 +118,9 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
        full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
                                                          "as its last converge with this profile left it.")] = False,
        ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-       become_method: BecomeMethod = "sudo") -> None:
+       become_method: BecomeMethod = "sudo",
+       strict: Annotated[bool, typer.Option("--strict", help="Refuse a profile with warnings (an end-of-life "
+                                                             "driver branch) before touching any host.")] = False) -> None:
     """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
 
     A host already in the state its last converge with this profile recorded is not converged again.
@@ -119,7 +128,7 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
     --full converges it anyway; verify runs on every host."""
     talk_to_hosts(session(ctx), "up", profile, inventory, Fleet.of(
         limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
-        become_password_file=become_password_file, become_method=become_method), full=full)
+        become_password_file=become_password_file, become_method=become_method), strict=strict, full=full)
 
 
 @app.command("check")

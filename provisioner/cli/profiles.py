@@ -48,7 +48,9 @@ def profiles_show(ctx: typer.Context,
 
 @profiles_app.command("validate")
 def profiles_validate(ctx: typer.Context,
-                      paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")]) -> None:
+                      paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")],
+                      strict: Annotated[bool, typer.Option("--strict", help="Refuse warnings too (an end-of-life "
+                                                                          "driver branch): exit 1.")] = False) -> None:
     """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid."""
     from provisioner import profiles
 
@@ -56,6 +58,11 @@ def profiles_validate(ctx: typer.Context,
     for ref in paths:
         try:
             loaded = profiles.load(ref)
+            for warning in loaded.warnings:
+                s.err.print(f"[yellow]warn[/]  {escape(ref)}: {escape(warning.render())}", highlight=False,
+                            soft_wrap=True)
+            if strict:
+                profiles.refuse_warnings(loaded)
             s.out.print(f"[green]ok[/]    {escape(ref)} ({loaded.profile.name})", highlight=False)
         except ProvisionError as exc:
             bad += 1

@@ -12,7 +12,7 @@ MEMORY_SLACK = 0.95
 # PCI class codes of NVIDIA GPUs ([0300] VGA, [0302] 3D controller) and NVSwitch device ids.
 GPU_CLASSES = ("[0300]", "[0302]")
 NVSWITCH_IDS = ("[10de:1af1]", "[10de:22a3]")
-OS_NAMES = {"ubuntu-22.04": ("Ubuntu", "22.04"), "debian-12": ("Debian", "12")}
+OS_NAMES = {"ubuntu-22.04": ("Ubuntu", "22.04"), "ubuntu-24.04": ("Ubuntu", "24.04"), "debian-12": ("Debian", "12")}
 
 
 def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
