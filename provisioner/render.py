@@ -77,6 +77,7 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_binary_sha256": "dcgm.exporter.binary_sha256",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
     "provisioner_download_base_url": "mirrors.download_base_url",
+    "network_iperf3": "network.iperf3",
 }
 
 
@@ -123,6 +124,7 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_cuda_major": compat.driver_cuda_major(p.driver.version) or int(p.cuda.default.split(".")[0]),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
+        "network_iperf3": p.network.iperf3,
     }
     if env.enabled:
         out.update({
