@@ -57,7 +57,7 @@ def test_the_address_under_test_is_network_test_address_else_ansible_host_and_is
 
 
 def test_the_floor_is_min_gbps_else_seventy_percent_of_the_declared_speed():
-    assert LAB.network.floor_gbps == 0.7
+    assert LAB.network.floor_gbps == 0.05  # min_gbps wins over 0.7 x ethernet_gbps
     assert _with_network(LAB, ethernet_gbps=100.0, min_gbps=None).network.floor_gbps == 70.0
     assert _with_network(LAB, ethernet_gbps=None, min_gbps=None).network.floor_gbps is None
 

@@ -83,3 +83,114 @@ def test_diagnose_finds_an_unheld_driver_package_and_a_stopped_unit_within_its_s
         assert 0 < sent <= bound + 8192, (host, sent)  # the bound, plus each file's two header lines
     assert result.tarball.stat().st_size < 64 * 1024
     assert result.tarball.parent == result.collection.run_dir
+
+
+def _verify(profile: str, inventory: Path, runs: Path, **options):
+    return commands.execute("verify", commands.prepare(profile, inventory), runs_dir=runs, **options)
+
+
+def _variant(tmp_path: Path, name: str, network: str) -> str:
+    """lab-ddp with another network section (floors, time-outs), as a user's own profile would."""
+    path = tmp_path / f"{name}.yml"
+    path.write_text(f"extends: {PROFILE}\nname: {name}\ndescription: lab-ddp, {name}\nnetwork:\n{network}")
+    return str(path)
+
+
+def _listening(host: str, port: int) -> str:
+    return podman("exec", host, "ss", "-Htln", f"sport = :{port}").stdout.strip()
+
+
+def test_verify_network_passes_a_floor_below_the_measured_bandwidth_and_fails_one_above(lab, tmp_path: Path):
+    a, b = (h.name for h in lab.hosts)
+    started = time.monotonic()
+    low = _verify(PROFILE, lab.inventory, tmp_path, network=True)
+    took = time.monotonic() - started
+    checks = {h.name: {c.name: c for c in h.checks} for h in low.hosts}
+    print(f"verify --network, 2 lab hosts: {took:.1f} s; " + "; ".join(
+        f"{c.name}: {c.detail}" for h in checks.values() for c in h.values() if c.name.startswith("network")))
+    assert low.exit_code == 0, low.as_dict()
+    ab, ba = checks[a][f"network {a} -> {b}"], checks[b][f"network {b} -> {a}"]
+    assert ab.status == ba.status == "pass" and "floor 0.05 Gb/s" in ab.detail
+    measured = float(ab.detail.split(" Gb/s")[0])
+    assert measured > 0.05
+    # The check opened nothing that stays: no iperf3 server listens on either host afterwards.
+    assert _listening(a, 5301) == "" and _listening(b, 5301) == ""
+    assert "iperf3" not in podman("exec", a, "ps", "-eo", "comm").stdout
+
+    above = _variant(tmp_path, "lab-ddp-high-floor", f"  min_gbps: {measured * 50:.0f}\n")
+    high = _verify(above, lab.inventory, tmp_path, network=True)
+    assert high.exit_code == 2, high.as_dict()
+    failed = {h.name: {c.name: c for c in h.checks} for h in high.hosts}[a][f"network {a} -> {b}"]
+    assert failed.status == "fail" and f"floor {measured * 50:.0f} Gb/s" in failed.detail
+
+
+def test_verify_ddp_runs_gloo_on_two_hosts_and_names_a_host_lost_mid_job(lab, tmp_path: Path):
+    import threading
+
+    a, b = (h.name for h in lab.hosts)
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch_the_rendezvous_port():  # what listens on the rendezvous host while the job runs
+        while not stop.is_set():
+            line = _listening(a, 29600)
+            if line:
+                seen.append(line)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch_the_rendezvous_port, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        ok = _verify(PROFILE, lab.inventory, tmp_path, ddp=True)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    took = time.monotonic() - started
+    checks = {h.name: {c.name: c for c in h.checks} for h in ok.hosts}
+    print(f"verify --ddp, 2 lab hosts: {took:.1f} s; " + "; ".join(
+        f"{n}: {c[k].detail}" for n, c in checks.items() for k in ("ddp backend", "ddp")))
+    assert ok.exit_code == 0, ok.as_dict()
+    for name in (a, b):
+        assert checks[name]["ddp backend"].status == "pass" and "gloo" in checks[name]["ddp backend"].detail
+        assert "world size 2 on 2 host(s)" in checks[name]["ddp backend"].detail
+        assert "bus bandwidth" in checks[name]["ddp"].detail
+    # The rendezvous listened on a's address under test only, and nothing is left behind.
+    address = lab.hosts[0].ip
+    assert seen and all(line.split()[3] == f"{address}:29600" for line in seen), seen
+    assert _listening(a, 29600) == ""
+
+    # A host lost mid-job: the other names it, within its bounded time, not a hang.
+    quick = _variant(tmp_path, "lab-ddp-quick", "  ddp:\n    port: 29600\n    steps: 3\n    tensor_mib: 4\n"
+                                                "    timeout_s: 20\n")
+    done: list[bool] = []
+
+    def kill_when_the_job_starts():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done:
+            if labtools.task_started(tmp_path, "Run this host's part of the DDP job", b, playbook="ddp"):
+                time.sleep(2)
+                podman("kill", b)
+                return
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=kill_when_the_job_starts, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        lost = _verify(quick, lab.inventory, tmp_path, ddp=True)
+    finally:
+        done.append(True)
+        watcher.join(timeout=10)
+        from provisioner import lab as lab_mod
+
+        lab_mod.up(2, lab.prefix, lab.inventory.parent)  # b back, for whoever comes next
+    took = time.monotonic() - started
+    by_name = {h.name: h for h in lost.hosts}
+    print(f"verify --ddp with {b} killed mid-job: {took:.1f} s; {a}: "
+          + "; ".join(c.detail for c in by_name[a].checks if c.name == "ddp"))
+    assert podman("inspect", "-f", "{{.State.Running}}", b).stdout.strip() == "true"  # restarted after the kill
+    assert lost.exit_code == 1 and by_name[b].status == "unreachable"
+    survivor = {c.name: c for c in by_name[a].checks}["ddp"]
+    assert survivor.status == "fail" and f"lost during the job: {b}" in survivor.detail
+    assert took < 2 * 20 + 120  # the job's own bound (2 x timeout + 60) and the play around it

@@ -123,7 +123,9 @@ def main():
         module.fail_json(msg=f"no interface of this host holds {p['local_addr']} (network_test_address / ansible_host)")
     env = dict(os.environ, GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface, OMP_NUM_THREADS="1",
                PYTHONUNBUFFERED="1")
-    argv = [python, "-m", "torch.distributed.run", "--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]),
+    # ddp_launch.py (beside the script) is torchrun with its rendezvous store bound to master_addr.
+    launcher = os.path.join(os.path.dirname(p["script"]), "ddp_launch.py")
+    argv = [python, launcher, "--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]),
             "--nproc-per-node", str(max(gpus, 1)), "--master-addr", p["master_addr"],
             "--master-port", str(p["master_port"]), "--local-addr", p["local_addr"],
             "--rdzv-conf", f"timeout={p['timeout']}", "--max-restarts", "0", "--monitor-interval", "1",

@@ -55,8 +55,14 @@ RETURN = r"""
 provisioner_network:
   description: >-
     (measure) address, peer, port, rc, json (iperf3's JSON text), stderr, seconds, timed_out;
-    ibstat (rc, stdout, missing) where run. (serve) address, port, pid, listening.
+    ibstat (rc, stdout, missing) where run.
   type: dict
+provisioner_network_server:
+  description: (serve) address, port, pid, listening.
+  type: dict
+provisioner_network_stopped:
+  description: (stop) whether a server was still there to stop.
+  type: bool
 """
 
 import os
@@ -67,11 +73,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-RUN_DIR = "/run"
-
-
 def pidfile(port):
-    return os.path.join(RUN_DIR, f"provisioner-iperf3-{port}.pid")
+    """The server's pid, where the login user (the check runs without root) may write it."""
+    folder = os.environ.get("XDG_RUNTIME_DIR") or os.path.expanduser("~")
+    return os.path.join(folder, f".provisioner-iperf3-{port}.pid")
 
 
 def _hex_port(port):
@@ -141,7 +146,7 @@ def main():
     p = module.params
     iperf3 = shutil.which("iperf3", path="/usr/bin:/bin:/usr/local/bin")
     if p["action"] == "stop":
-        module.exit_json(changed=False, provisioner_network={"stopped": stop(p["port"])})
+        module.exit_json(changed=False, provisioner_network_stopped=stop(p["port"]))
     if not iperf3:
         module.fail_json(msg="iperf3 is not installed on this host: set network.iperf3: true in the profile and run "
                              "provision up (or apt install iperf3)")
@@ -152,8 +157,12 @@ def main():
         proc = subprocess.Popen(["timeout", str(p["lifetime"]), iperf3, "--server", "--one-off", "--bind", p["address"],
                                  "--port", str(p["port"])], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-        with open(pidfile(p["port"]), "w") as f:
-            f.write(str(proc.pid))
+        try:
+            with open(pidfile(p["port"]), "w") as f:
+                f.write(str(proc.pid))
+        except OSError as exc:
+            os.killpg(proc.pid, signal.SIGTERM)  # never a server this check cannot stop later
+            module.fail_json(msg=f"cannot record the iperf3 server's pid: {exc}")
         deadline = time.monotonic() + p["wait"]
         while time.monotonic() < deadline and proc.poll() is None and not listening(p["port"]):
             time.sleep(0.1)
@@ -161,8 +170,8 @@ def main():
             stop(p["port"])
             module.fail_json(msg=f"iperf3 did not listen on {p['address']}:{p['port']} within {p['wait']} s "
                                  f"(exit {proc.poll()}): is {p['address']} an address of this host?")
-        module.exit_json(changed=False, provisioner_network={"address": p["address"], "port": p["port"],
-                                                             "pid": proc.pid, "listening": True})
+        module.exit_json(changed=False, provisioner_network_server={"address": p["address"], "port": p["port"],
+                                                                    "pid": proc.pid, "listening": True})
     started = time.monotonic()
     argv = [iperf3, "--client", p["peer"], "--port", str(p["port"]), "--bind", p["address"], "--time",
             str(p["duration"]), "--json", "--connect-timeout", "5000"]
