@@ -4,7 +4,6 @@ module's bounds (run for real here), the command plan and --dry-run."""
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import tarfile
 from pathlib import Path
@@ -19,7 +18,7 @@ from provisioner.judge import diagnose as judge
 from provisioner.parsers import dmon, ibstat, kernel_log
 from provisioner.reports import diagnose as report
 
-from .conftest import MODULES, REPO
+from .conftest import REPO, load_module
 
 CAPTURES = REPO / "tests" / "data" / "diagnose"
 LAB = profiles.load("debian12-lab").profile
@@ -213,15 +212,8 @@ def test_dry_run_lists_every_command_and_contacts_no_host(tmp_path: Path):
 
 # --- the module's bounds, for real ------------------------------------------------------------
 
-def _module():
-    spec = importlib.util.spec_from_file_location("diagnose_collect", MODULES / "diagnose_collect.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_collect_bounds_time_and_size_and_says_what_is_missing():
-    mod = _module()
+    mod = load_module("diagnose_collect")
     env = {"PATH": mod.PATH, "LC_ALL": "C"}
     big = mod.run({"argv": ["seq", "1", "200000"], "max_bytes": 1000}, env, 10_000)
     assert big["rc"] == 0 and big["cut"] and len(big["stdout"].encode()) <= 1000 and big["stdout"].endswith("200000")

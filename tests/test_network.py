@@ -109,3 +109,19 @@ def test_ddp_results_of_a_real_two_host_gloo_job_are_judged_per_rank():
     failed = ddp_judge.judge_ddp("a", broken, 0, ["a", "b"], ["b"])
     assert failed[0].status == "fail" and "lost during the job: b" in failed[0].detail
     assert "DistStoreError" in failed[0].detail
+
+
+def test_the_iperf3_module_sees_a_listening_port_without_connecting_to_it():
+    import socket
+
+    from .conftest import load_module
+
+    mod = load_module("iperf3_pair")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        assert not mod.listening(port)  # bound, not listening yet
+        server.listen(1)
+        assert mod.listening(port)  # read from /proc/net/tcp: a connection would use up a one-off server
+    assert not mod.listening(port)
+    assert mod.stop(port) is False  # no pid file: nothing of ours to stop

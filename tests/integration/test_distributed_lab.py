@@ -116,6 +116,8 @@ def test_verify_network_passes_a_floor_below_the_measured_bandwidth_and_fails_on
     # The check opened nothing that stays: no iperf3 server listens on either host afterwards.
     assert _listening(a, 5301) == "" and _listening(b, 5301) == ""
     assert "iperf3" not in podman("exec", a, "ps", "-eo", "comm").stdout
+    # The package's own server unit (every interface) is kept off by the network role.
+    assert podman("exec", a, "systemctl", "is-enabled", "iperf3").stdout.strip() == "disabled"
 
     above = _variant(tmp_path, "lab-ddp-high-floor", f"  min_gbps: {measured * 50:.0f}\n")
     high = _verify(above, lab.inventory, tmp_path, network=True)
