@@ -40,7 +40,9 @@ def judge_ddp(host: str, ddp: dict[str, Any] | None, expected_gpus: int, hosts: 
         f"all-reduce {r['allreduce_mib']} MiB in {r['allreduce_ms']:.1f} ms, bus bandwidth {r['busbw_GBs']:g} GB/s"
         for r in sorted(results, key=lambda r: r["rank"]))
     note = "" if world and world > 1 else " (world size 1: one rank gives no bus bandwidth)"
-    where = f"{', '.join(backend)} over {ddp.get('interface')}, world size {world} on {len(hosts)} host(s)"
+    nccl = sorted({r.get("nccl") for r in results if r.get("nccl")})
+    where = (f"{', '.join(sorted(backend))}" + (f" {', '.join(nccl)}" if nccl else "")
+             + f" over {ddp.get('interface')}, world size {world} on {len(hosts)} host(s)")
     bad = [f"rank {r['rank']}: " + ", ".join(w for w, ok in (("weights differ after the steps", r["weights_agree"]),
                                                            ("all-reduce values wrong", r["values_right"])) if not ok)
            for r in results if not (r.get("weights_agree") and r.get("values_right"))]

@@ -166,11 +166,13 @@ def test_verify_ddp_runs_gloo_on_two_hosts_and_names_a_host_lost_mid_job(lab, tm
     quick = _variant(tmp_path, "lab-ddp-quick", "  ddp:\n    port: 29600\n    steps: 3\n    tensor_mib: 4\n"
                                                 "    timeout_s: 20\n")
     done: list[bool] = []
+    runs = tmp_path / "lost"  # its own runs folder: the watcher must not see the first job's events
+    runs.mkdir()
 
     def kill_when_the_job_starts():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not done:
-            if labtools.task_started(tmp_path, "Run this host's part of the DDP job", b, playbook="ddp"):
+            if labtools.task_started(runs, "Run this host's part of the DDP job", b, playbook="ddp"):
                 time.sleep(2)
                 podman("kill", b)
                 return
@@ -180,14 +182,14 @@ def test_verify_ddp_runs_gloo_on_two_hosts_and_names_a_host_lost_mid_job(lab, tm
     watcher.start()
     started = time.monotonic()
     try:
-        lost = _verify(quick, lab.inventory, tmp_path, ddp=True)
+        lost = _verify(quick, lab.inventory, runs, ddp=True)
+        took = time.monotonic() - started
     finally:
         done.append(True)
         watcher.join(timeout=10)
         from provisioner import lab as lab_mod
 
         lab_mod.up(2, lab.prefix, lab.inventory.parent)  # b back, for whoever comes next
-    took = time.monotonic() - started
     by_name = {h.name: h for h in lost.hosts}
     print(f"verify --ddp with {b} killed mid-job: {took:.1f} s; {a}: "
           + "; ".join(c.detail for c in by_name[a].checks if c.name == "ddp"))
@@ -195,4 +197,6 @@ def test_verify_ddp_runs_gloo_on_two_hosts_and_names_a_host_lost_mid_job(lab, tm
     assert lost.exit_code == 1 and by_name[b].status == "unreachable"
     survivor = {c.name: c for c in by_name[a].checks}["ddp"]
     assert survivor.status == "fail" and f"lost during the job: {b}" in survivor.detail
-    assert took < 2 * 20 + 120  # the job's own bound (2 x timeout + 60) and the play around it
+    # Bounded: the job's own bound (2 x timeout_s + 60 = 100 s) and the play around it (the
+    # GPU verify step first), on a busy 2-core machine; gloo's default wait alone is 30 minutes.
+    assert took < 300, took

@@ -18,6 +18,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 
+def _nccl_version() -> str:
+    version = torch.cuda.nccl.version()  # a tuple (2, 19, 3) in recent torch, an int (2708) in old ones
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
@@ -81,7 +86,7 @@ def main() -> None:
     print("DDP_RESULT " + json.dumps({
         "backend": backend, "rank": rank, "local_rank": local_rank, "world_size": world,
         "host": socket.gethostname(), "device": str(device), "torch": torch.__version__,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "",
+        "nccl": _nccl_version() if cuda else "",
         "steps": args.steps, "step_ms": step_ms, "loss": round(float(loss.item()), 4),
         "weights_agree": weights_agree, "allreduce_mib": args.tensor_mib, "allreduce_ms": round(seconds * 1000, 3),
         "algbw_GBs": round(algbw, 3), "busbw_GBs": round(busbw, 3), "values_right": values_right}), flush=True)
