@@ -125,3 +125,16 @@ def test_the_iperf3_module_sees_a_listening_port_without_connecting_to_it():
         assert mod.listening(port)  # read from /proc/net/tcp: a connection would use up a one-off server
     assert not mod.listening(port)
     assert mod.stop(port) is False  # no pid file: nothing of ours to stop
+
+
+def test_verify_network_refuses_a_bad_address_before_any_host_is_touched(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("[gpu]\na ansible_host=10.0.0.1\nb ansible_host=10.0.0.2 network_test_address='$(reboot)'\n")
+    result = CliRunner().invoke(app, ["verify", "-p", str(REPO / "tests/data/profiles/lab-ddp.yml"), str(hosts),
+                                      "--network", "--runs-dir", str(tmp_path / "runs")], env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "hosts.ini:3" in result.output and "neither an IP address" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()

@@ -184,7 +184,11 @@ def execute(
     old_umask = os.umask(0o077)
     try:
         steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
-        if command == "verify":
+        if command == "verify" and (network or ddp):
+            from provisioner.engine.network import test_address
+
+            for host in target.inventory.hostnames():  # a bad address is refused before any host is touched
+                test_address(target.inventory, host)
             steps += ("network",) * network + ("ddp",) * ddp
         return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full, become)
     finally:

@@ -48,6 +48,16 @@ def lab(tmp_path_factory):
 def test_diagnose_finds_an_unheld_driver_package_and_a_stopped_unit_within_its_size_bound(lab, tmp_path: Path):
     victim, clean = (h.name for h in lab.hosts)
     target = commands.prepare(PROFILE, lab.inventory)
+    # --dry-run against the lab's inventory: the command list, and no host contacted (no run folder).
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+
+    dry = CliRunner().invoke(app, ["diagnose", "-p", PROFILE, str(lab.inventory), "--dry-run",
+                                   "--runs-dir", str(tmp_path / "dry")], env={"COLUMNS": "300"})
+    assert dry.exit_code == 0, dry.output
+    assert "nvidia-smi dmon -s pcu -c 5 -d 1" in dry.output and "apt-mark showhold" in dry.output
+    assert not (tmp_path / "dry").exists()
     assert podman("exec", victim, "apt-mark", "unhold", "nvidia-kernel-dkms").returncode == 0
     assert podman("exec", victim, "systemctl", "disable", "--now", "nvidia-persistenced").returncode == 0
     try:
