@@ -151,7 +151,9 @@ def collect(target: Target, *, runs_dir: Path, limit: str | None = None, forks: 
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
         extravars = {"provisioner_diagnose_commands": [c.as_module_arg() for c in plan(target.loaded.profile)],
-                     "provisioner_diagnose_files": list(FILES), "provisioner_diagnose_max_bytes": max_host_bytes}
+                     "provisioner_diagnose_files": list(FILES), "provisioner_diagnose_max_bytes": max_host_bytes,
+                     # the whole call is bounded too: every command's own bound, one after the other
+                     "provisioner_diagnose_timeout": sum(c.timeout for c in plan(target.loaded.profile)) + 60}
         run = run_playbook("diagnose", inventory_dir, run_dir, limit=limit, forks=forks, extravars=extravars,
                            hook=hook, become=become)
         hosts = []
