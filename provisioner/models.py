@@ -244,6 +244,36 @@ class Verify(Strict):
     dcgm_diag_level: Literal[0, 1, 2, 3] = Field(1, description="0 skips dcgmi diag")
 
 
+class Ddp(Strict):
+    """`provision verify --ddp`: a few DDP steps across the hosts with torchrun."""
+    port: int = Field(29500, ge=1024, le=65535, description="the rendezvous port on the first host's test address")
+    steps: int = Field(5, ge=1, le=100, description="DDP steps of the small model (each: a gradient all-reduce)")
+    tensor_mib: int = Field(16, ge=1, le=4096, description="size of the all-reduce timed for bus bandwidth")
+    timeout_s: int = Field(120, ge=10, le=3600, description="every wait: the rendezvous, init_process_group, "
+                                                              "the collectives, the whole job")
+
+
+class Network(Strict):
+    """What the network between the hosts should give (`provision verify --network`)."""
+    iperf3: bool = Field(False, description="install iperf3 on the hosts (the network role) for verify --network")
+    port: int = Field(5201, ge=1024, le=65535, description="the iperf3 server's port on the address under test")
+    duration_s: int = Field(5, ge=1, le=60, description="seconds each iperf3 test runs")
+    pairing: Literal["ring", "sample"] = Field("ring", description="ring: each host to the next (N pairs); "
+                                                                 "sample: a random ring cut to sample_pairs")
+    sample_pairs: int = Field(16, ge=1, le=4096)
+    ethernet_gbps: float | None = Field(None, gt=0, description="the hosts' declared ethernet speed, Gb/s")
+    min_gbps: float | None = Field(None, gt=0, description="floor for each pair's iperf3 bandwidth, Gb/s "
+                                                             "(default: 0.7 x ethernet_gbps)")
+    infiniband_rate_gbps: Literal[100, 200, 400, 800] | None = Field(
+        None, description="IB rate every InfiniBand port must run at: EDR 100, HDR 200, NDR 400, XDR 800")
+    ddp: Ddp = Field(default_factory=Ddp)
+
+    @property
+    def floor_gbps(self) -> float | None:
+        return self.min_gbps if self.min_gbps is not None else (
+            round(0.7 * self.ethernet_gbps, 3) if self.ethernet_gbps else None)
+
+
 class Reboot(Strict):
     allowed: bool = Field(False, description="may the play reboot hosts that need it")
     timeout_s: int = Field(900, ge=60)
@@ -266,6 +296,7 @@ class Profile(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors)
     verify: Verify = Field(default_factory=Verify)
     reboot: Reboot = Field(default_factory=Reboot)
+    network: Network = Field(default_factory=Network)
     inventory_overrides: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
         description="role variables this profile renders that a site may still set per host or group in its "

@@ -66,6 +66,7 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
     "provisioner_download_base_url": "mirrors.download_base_url",
+    "network_iperf3": "network.iperf3",
 }
 
 
@@ -126,6 +127,7 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_package_pins": pins.get("dcgm_exporter", {}),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
+        "network_iperf3": p.network.iperf3,
     }
     if env.enabled:
         out.update({

@@ -13,6 +13,16 @@ COLLECTION = REPO / "ansible_collections" / "gpu_provisioner" / "node"
 ROLES, PLAYBOOKS, MODULES = COLLECTION / "roles", COLLECTION / "playbooks", COLLECTION / "plugins" / "modules"
 
 
+def load_module(name: str):
+    """One of the collection's modules (plugins/modules/NAME.py) imported as Python, to call its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, MODULES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _fixtures() -> Path:
     # ../shared/fixtures beside the checkout (how developers and CI lay it out).
     candidates = [os.environ.get("PROVISION_FIXTURES"), REPO.parent / "shared" / "fixtures"]

@@ -107,7 +107,26 @@ def _read_only_command(command: str, doc: str) -> None:
 
 
 _read_only_command("preflight", "Read-only: check the hosts' hardware and OS against the profile.")
-_read_only_command("verify", "Verify the hosts against the profile (nvidia-smi and friends); changes nothing.")
+
+
+@app.command("verify")
+@friendly
+def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
+           as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
+           junit: Junit = None, force: Force = False,
+           network: Annotated[bool, typer.Option("--network", help="Also measure the network between host pairs "
+                                                                   "with iperf3 (a ring), and InfiniBand ports, "
+                                                                   "against the profile's network section.")] = False,
+           ddp: Annotated[bool, typer.Option("--ddp", help="Also run a small DDP job with torchrun across the hosts "
+                                                           "(NCCL with GPUs, gloo without).")] = False,
+           ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
+           become_method: BecomeMethod = "sudo") -> None:
+    """Verify the hosts against the profile (nvidia-smi and friends); changes nothing.
+
+    --network: iperf3 between host pairs; --ddp: a DDP job across the hosts."""
+    talk_to_hosts(session(ctx), "verify", profile, inventory, Fleet.of(
+        limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
+        become_password_file=become_password_file, become_method=become_method), network=network, ddp=ddp)
 
 
 @app.command("up")

@@ -165,6 +165,8 @@ def execute(
     deep: bool = False,
     full: bool = False,
     become: Become | None = None,
+    network: bool = False,
+    ddp: bool = False,
 ) -> Report:
     """Run `command`'s playbooks in order; a host that fails a step is left out of the next.
 
@@ -175,11 +177,19 @@ def execute(
     batch: how many hosts (N or P%) converge at once (the plays' `serial`); max_fail:
     the percentage of a batch that may fail before the remaining batches are abandoned
     (default: never, so one bad host never stops the others). become: how the plays gain
-    root (method, and the password file or typed password); default sudo with no password."""
+    root (method, and the password file or typed password); default sudo with no password.
+    network / ddp (verify): then iperf3 between host pairs / a DDP job across the hosts
+    (engine/network.py, engine/ddp.py), on the hosts that were reachable."""
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
     try:
         steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
+        if command == "verify" and (network or ddp):
+            from provisioner.engine.network import test_address
+
+            for host in target.inventory.hostnames():  # a bad address is refused before any host is touched
+                test_address(target.inventory, host)
+            steps += ("network",) * network + ("ddp",) * ddp
         return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full, become)
     finally:
         os.umask(old_umask)
@@ -211,6 +221,12 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
             step_limit = limit if step == steps[0] else _healthy(report, limit)
             if step == "site" and in_sync:  # after preflight, so step_limit names the healthy hosts
                 step_limit = ",".join(h for h in (step_limit or "").split(",") if h and h not in in_sync)
+            if step in ("network", "ddp"):  # across hosts: every host still reachable takes part
+                from provisioner.engine import across
+
+                across.run_step(step, report, target, inventory_dir, run_dir, limit, forks, hook, become)
+                report.write()
+                continue
             if step_limit == "":
                 continue  # no host left for this step
             playbook = {"deep-check": "site"}.get(step, step)

@@ -5,6 +5,7 @@ The forms seen in real logs:
   [ 269.517039] NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007 ...        (older: no "PCI:")
   2026-07-01T10:00:00+0000 host kernel: NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...
   ... NVRM: Xid (PCI:0000:c1:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)
+  [Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout ...  (dmesg -T)
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import re
 from dataclasses import dataclass
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$")
-_WHEN = re.compile(r"^(?P<when>\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\[\s*\d+\.\d+\])")
+_WHEN = re.compile(r"^(?P<when>\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\[\s*\d+\.\d+\]"
+                   r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\])")  # the last: dmesg -T
 _RECOVERY = re.compile(r"recovery action changed from .*? to 0x[0-9a-f]+ \((?P<action>[^)]+)\)", re.I)
 
 

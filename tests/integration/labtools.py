@@ -31,9 +31,9 @@ def lab_hosts(count: int, tag: str, tmp_path_factory) -> Iterator:
         lab.down(prefix, workdir)
 
 
-def task_started(runs: Path, task: str, host: str | None = None) -> bool:
+def task_started(runs: Path, task: str, host: str | None = None, playbook: str = "site") -> bool:
     """Whether a run under `runs` has started a task whose name contains `task` (on `host`)."""
-    for event in runs.glob("*/artifacts/site/job_events/*.json"):
+    for event in runs.glob(f"*/artifacts/{playbook}/job_events/*.json"):
         try:
             data = json.loads(event.read_text())
         except (OSError, ValueError):
