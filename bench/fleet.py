@@ -28,7 +28,7 @@ from pathlib import Path
 
 # The same setup, timing and task profile as the no-op benchmark beside it (run as
 # `python bench/fleet.py`, so bench/ is on sys.path).
-from noop import ANSIBLE, PROFILE, PROVISION, task_seconds, timed  # noqa: E402
+from noop import ANSIBLE, PROFILE, PROVISION, print_tasks, task_seconds, timed  # noqa: E402
 
 from provisioner import lab  # noqa: E402
 
@@ -91,11 +91,7 @@ def main() -> None:
             own = f"{median / one[key]:9.1f}" if one else f"{'-':>9}"
             print(f"{n:5}  {name:32} {median:9.1f} {min(times[key]):7.1f} {median / base:7.1f} {own}")
     largest = max(results)
-    tasks = results[largest][1]
-    total = sum(tasks.values())
-    print(f"\nwhere the no-op up of {largest} host(s) spends its time (task seconds summed over hosts; all {total:.0f} s):")
-    for task, seconds in tasks.most_common(8):
-        print(f"  {seconds:7.1f}  {seconds / total:4.0%}  {task[:90]}")
+    print_tasks(f"where the no-op up of {largest} host(s) spends its time", results[largest][1], 8)
 
 
 if __name__ == "__main__":
