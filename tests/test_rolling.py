@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -189,3 +190,16 @@ def test_hooks_are_refused_without_batch_and_resume_with_limit(tmp_path: Path):
     assert "--limit n1" in result.output and not runs.exists()
     assert json.loads((report.run_dir / "report.json").read_text())["rollout"]["failed"] == ["n1"]
     assert os.environ.get("PROVISION_HOST") is None
+
+
+def test_junit_marks_the_untouched_hosts_skipped_and_the_gate_failed(tmp_path: Path):
+    from provisioner.reports import junit
+
+    report = _fleet(tmp_path, ["n1", "n2", "n3"])
+    _roll(tmp_path, report, "1", 'test "$PROVISION_HOST" != n2')
+    xml = junit.write(report, tmp_path / "r.xml").read_text()
+    assert re.search(r'<testcase classname="n3" name="up run" time="0">\s*<skipped message="untouched: the rollout '
+                     r'stopped at batch 2', xml)
+    assert re.search(r'<testcase classname="n2" name="gate" time="0">\s*<failure message="exit 1 after', xml)
+    assert re.search(r'<testcase classname="provision" name="rollout finished" time="0">\s*<error message="rollout '
+                     r'stopped at batch 2 of 3: failed n2; untouched n3" type="rollout-stopped"', xml)
