@@ -70,7 +70,8 @@ class HostReport:
         """What is wrong with this host, most telling first: task failures, failed checks, drift."""
         drift = [f"{t}: {self.diffs[t]}" if self.diffs.get(t) else t for t in self.changed_tasks] \
             if self.status == "drift" else []
-        untouched = [c.detail for c in self.checks if c.status == "skip"] if self.status == "not-verified" else []
+        untouched = ([c.detail for c in self.checks if c.status == "skip" and c.name == "rollout"]
+                     if self.status == "not-verified" else [])
         return ([*self.failures, *(f"{c.name}: {c.detail}" for c in self.checks if c.status == "fail"), *drift,
                  *untouched]
                 or ([f"status {self.status}"] if self.outcome != "ok" else []))
