@@ -68,6 +68,17 @@ class SigningKey(_Strict):
     source: str
 
 
+class NamingRule(_Strict):
+    """From driver branch `min_branch` on, a component installs `names` (until a later rule)."""
+    min_branch: int = Field(ge=0)
+    names: list[str] = Field(min_length=1)
+
+
+# The only fields a naming rule may name; filled from validated numbers.
+NAME_FIELDS = ("branch", "cuda_major", "cuda_minor", "driver_cuda_major")
+_NAME_FIELD_RE = re.compile(r"\{([^}]*)\}")
+
+
 class Catalogue(_Strict):
     flavour: str
     path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
@@ -75,8 +86,28 @@ class Catalogue(_Strict):
     release: Release
     key: SigningKey
     base_packages: list[str]
+    naming: dict[str, list[NamingRule]] = Field(default_factory=dict)
     packages: dict[str, list[PackageVersion]]
-    sha256: str = ""         # of the file it was read from (the stand-in's cache key)
+    sha256: str = ""
+
+    @model_validator(mode="after")
+    def _naming_fields_known(self) -> Catalogue:
+        for component, rules in self.naming.items():
+            for r in rules:
+                for name in r.names:
+                    unknown = set(_NAME_FIELD_RE.findall(name)) - set(NAME_FIELDS)
+                    if unknown:
+                        raise ValueError(f"naming.{component}: {name!r} names {sorted(unknown)}; "
+                                         f"only {', '.join(NAME_FIELDS)} are filled in")
+        return self
+
+    def names(self, component: str, branch: int, **numbers: int) -> list[str]:
+        """The package names `component` installs on driver `branch` ([] if no rule applies)."""
+        rules = [r for r in self.naming.get(component, []) if r.min_branch <= branch]
+        if not rules:
+            return []
+        rule = max(rules, key=lambda r: r.min_branch)
+        return [name.format(branch=branch, **numbers) for name in rule.names]         # of the file it was read from (the stand-in's cache key)
 
     def versions(self, name: str) -> list[str]:
         """The versions of `name`, oldest first (dpkg order); [] if it is not listed."""

@@ -155,6 +155,15 @@ class PythonEnv(Strict):
     packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after torch")
     torch: Torch | None = None
 
+    @model_validator(mode="after")
+    def _conda_needs_its_installer(self) -> PythonEnv:
+        # Known before any host is touched: the role would only find out after the driver.
+        if self.enabled and self.manager == "conda" and not (self.conda_installer and self.conda_installer_sha256):
+            raise ValueError("a conda environment needs python_env.conda_installer (a Miniforge installer URL or "
+                             "path, e.g. Miniforge3-25.3.1-0-Linux-x86_64.sh) and python_env.conda_installer_sha256 "
+                             "(the sha256 its release publishes); or use manager: venv")
+        return self
+
 
 class Exporter(Strict):
     enabled: bool = True
@@ -169,13 +178,26 @@ class Exporter(Strict):
         min_length=1,
     )
     run_as: Literal["systemd", "container"] = "systemd"
-    binary: UrlOrPath | None = Field(None, description="dcgm-exporter binary URL or path (systemd mode)")
+    version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(-\d+)?$")] | None = Field(
+        None, description="the packaged exporter's version (datacenter-gpu-manager-exporter); defaults to the "
+                          "newest in the catalogue")
+    binary: UrlOrPath | None = Field(None, description="a dcgm-exporter binary URL or path instead of NVIDIA's "
+                                                        "package (the fallback where the repository has none)")
     binary_sha256: Sha256 | None = None
+
+
+def _exporter_binary_checked(ex: Exporter) -> Exporter:
+    if ex.binary and not ex.binary_sha256:
+        raise ValueError("dcgm.exporter.binary needs dcgm.exporter.binary_sha256: nothing is installed unchecked")
+    return ex
 
 
 class Dcgm(Strict):
     enabled: bool = True
-    exporter: Exporter = Field(default_factory=Exporter)
+    version: Annotated[str, Field(pattern=r"^[34]\.\d+\.\d+$")] | None = Field(
+        None, description="DCGM release (4.5.2; 3.x is datacenter-gpu-manager); defaults to the newest the "
+                          "repository flavour's catalogue has. Pinned exactly and held either way")
+    exporter: Annotated[Exporter, AfterValidator(_exporter_binary_checked)] = Field(default_factory=Exporter)
 
 
 class Mirrors(Strict):
@@ -184,6 +206,14 @@ class Mirrors(Strict):
     cuda_repo_url: RepoUrl | None = Field(
         None, description="mirror of NVIDIA's CUDA repositories root (the folder holding ubuntu2204/, debian12/); "
                           "the distribution and architecture folders are appended")
+    cuda_repo_flavour: Literal["ubuntu2204", "ubuntu2404"] | None = Field(
+        None, description="which of NVIDIA's repository folders (and package catalogue) to use; defaults to the "
+                          "profile's os (ubuntu-22.04 -> ubuntu2204)")
+    cuda_repo_key_url: RepoUrl | None = Field(
+        None, description="the repository's signing key (default: NVIDIA's 3bf863cc.pub beside the repository)")
+    cuda_repo_key_fingerprint: Annotated[str, Field(pattern=r"^[0-9A-F]{40}$")] | None = Field(
+        None, description="the key's fingerprint, 40 upper-case hex digits; the key is refused unless it matches "
+                          "(default: NVIDIA's EB693B3035CD5710E231E123A4B469963BF863CC)")
     apt_proxy: WebUrl | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
     pip_index_url: WebUrl | None = None
     pip_find_links: UrlOrPath | None = Field(None, description="local wheelhouse folder or URL; used before any index")

@@ -141,6 +141,13 @@ def load(ref: str) -> Loaded:
             + "\n  ".join(p.render() for p in problems),
             fix="apply the suggested fix, or see `provision profiles show` of a built-in that is known to work",
         )
+    # Every NVIDIA package the run installs must resolve in the flavour's catalogue now,
+    # before any host is touched (render uses the same plan).
+    from provisioner import packages
+    try:
+        packages.plan(profile)
+    except ProvisionError as exc:
+        raise ProvisionError(f"{exc.message} ({files[0]})", where=exc.where, fix=exc.fix) from None
     return Loaded(profile, files)
 
 

@@ -16,28 +16,13 @@ from typing import Any
 
 import yaml
 
-from provisioner import compat, outputs, paths
+from provisioner import compat, outputs, packages, paths
 from provisioner.ansible_data import dump_unsafe
 from provisioner.inventory import Inventory, to_yaml_inventory
 from provisioner.models import Profile
 from provisioner.profiles import Loaded
 
 HEADER = "# Rendered by `provision render` from profile {name} (sha256 {digest}).\n# Do not edit: re-render instead.\n"
-
-
-def _library_package(kind: str, p: Profile) -> dict[str, Any]:
-    lib = getattr(p, kind)
-    enabled = lib.enabled and p.cuda.source == "cuda_repo"
-    out: dict[str, Any] = {f"{kind}_enabled": enabled}
-    if enabled:
-        build = compat.library_build(kind, lib.version, p.cuda.default)
-        major = p.cuda.default.split(".")[0]
-        if kind == "cudnn" and lib.version.startswith("9."):
-            out["cudnn_package"], out["cudnn_package_version"] = f"libcudnn9-cuda-{major}", f"{lib.version}-1"
-        else:
-            out[f"{kind}_package_version"] = f"{lib.version}-1+cuda{build}"
-        out[f"{kind}_version"] = lib.version
-    return out
 
 
 # Every variable role_vars can write, and the profile field that sets it. These are
@@ -52,12 +37,15 @@ PROFILE_FIELD: dict[str, str] = {
     "nvidia_driver_source": "driver.source", "nvidia_driver_kernel_modules": "driver.kernel_modules",
     "nvidia_driver_persistence": "driver.persistence", "cuda_repo_base_url": "mirrors.cuda_repo_url",
     "cuda_repo_enabled": "driver.source / cuda.source / dcgm.enabled",
+    "cuda_repo_flavour": "mirrors.cuda_repo_flavour (or os)", "cuda_repo_key_url": "mirrors.cuda_repo_key_url",
+    "cuda_repo_key_fingerprint": "mirrors.cuda_repo_key_fingerprint",
+    "nvidia_driver_repo_pins": "driver.version", "fabric_manager_pins": "fabric_manager.version",
     "fabric_manager_enabled": "fabric_manager.enabled", "fabric_manager_version": "fabric_manager.version",
     "cuda_toolkit_enabled": "cuda.enabled", "cuda_toolkit_source": "cuda.source",
     "cuda_toolkit_versions": "cuda.toolkits", "cuda_toolkit_default": "cuda.default",
-    **{f"{kind}_{suffix}": f"{kind}.version" for kind in ("cudnn", "nccl", "tensorrt")
-       for suffix in ("package_version", "version")},
-    "cudnn_package": "cudnn.version", "cudnn_enabled": "cudnn.enabled", "nccl_enabled": "nccl.enabled",
+    "cuda_toolkit_pins": "cuda.toolkits",
+    **{f"{kind}_{suffix}": f"{kind}.version" for kind in ("cudnn", "nccl", "tensorrt") for suffix in ("pins", "version")},
+    "cudnn_enabled": "cudnn.enabled", "nccl_enabled": "nccl.enabled",
     "tensorrt_enabled": "tensorrt.enabled", "nccl_tests_enabled": "nccl.tests",
     "nccl_tests_source": "nccl.tests_source", "nccl_tests_sha256": "nccl.tests_sha256",
     "python_env_enabled": "python_env.enabled", "python_env_manager": "python_env.manager",
@@ -73,15 +61,27 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_install_dcgm": "dcgm.enabled", "dcgm_exporter_enabled": "dcgm.exporter.enabled",
     "dcgm_exporter_listen_address": "dcgm.exporter.listen_address", "dcgm_exporter_port": "dcgm.exporter.port",
     "dcgm_exporter_collectors": "dcgm.exporter.collectors", "dcgm_exporter_run_as": "dcgm.exporter.run_as",
-    "dcgm_exporter_cuda_major": "driver.version", "dcgm_exporter_binary": "dcgm.exporter.binary",
+    "dcgm_exporter_binary": "dcgm.exporter.binary",
     "dcgm_exporter_binary_sha256": "dcgm.exporter.binary_sha256",
+    "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
     "provisioner_download_base_url": "mirrors.download_base_url",
 }
 
 
+def _library(kind: str, p: Profile, pins: dict[str, dict[str, str]]) -> dict[str, Any]:
+    lib = getattr(p, kind)
+    enabled = lib.enabled and p.cuda.source == "cuda_repo"
+    return {f"{kind}_enabled": enabled, **({f"{kind}_version": lib.version, f"{kind}_pins": pins[kind]} if enabled else {})}
+
+
 def role_vars(loaded: Loaded) -> dict[str, Any]:
+    """The profile as role variables. NVIDIA's package names and exact versions are
+    resolved here, in the repository flavour's catalogue (provisioner/packages.py): a
+    profile asking for what the flavour does not carry stops before any host is touched."""
     p = loaded.profile
+    pins = packages.plan(p)
+    from_repo = packages.uses_cuda_repo(p)
     m = p.mirrors
     env = p.python_env
     exporter = p.dcgm.exporter
@@ -95,8 +95,11 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "common_extra_ca_certificates": m.ca_certificates,
         # One role sets up NVIDIA's repository for every component that comes from it.
         # (DCGM has no other source.)
-        "cuda_repo_enabled": p.driver.source == "cuda_repo" or p.dcgm.enabled or (p.cuda.source == "cuda_repo" and (
-            p.cuda.enabled or p.cudnn.enabled or p.nccl.enabled or p.tensorrt.enabled)),
+        "cuda_repo_enabled": from_repo,
+        **({"cuda_repo_flavour": packages.flavour(p)} if from_repo else {}),
+        "nvidia_driver_repo_pins": pins.get("driver", {}),
+        "fabric_manager_pins": pins.get("fabric_manager", {}),
+        "cuda_toolkit_pins": pins.get("cuda_toolkit", {}),
         "nvidia_driver_branch": p.driver.branch,
         "nvidia_driver_version": p.driver.version,
         "nvidia_driver_source": p.driver.source,
@@ -108,9 +111,9 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "cuda_toolkit_source": p.cuda.source,
         "cuda_toolkit_versions": p.cuda.toolkits,
         "cuda_toolkit_default": p.cuda.default,
-        **_library_package("cudnn", p),
-        **_library_package("nccl", p),
-        **_library_package("tensorrt", p),
+        **_library("cudnn", p, pins),
+        **_library("nccl", p, pins),
+        **_library("tensorrt", p, pins),
         "nccl_tests_enabled": p.nccl.enabled and p.nccl.tests,
         "python_env_enabled": env.enabled,
         "dcgm_exporter_install_dcgm": p.dcgm.enabled,
@@ -119,8 +122,8 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_port": exporter.port,
         "dcgm_exporter_collectors": exporter.collectors,
         "dcgm_exporter_run_as": exporter.run_as,
-        # DCGM's -cudaNN package follows the driver's CUDA, not the toolkit's (l40s: CUDA 11.8 on R535 -> 12).
-        "dcgm_exporter_cuda_major": compat.driver_cuda_major(p.driver.version) or int(p.cuda.default.split(".")[0]),
+        "dcgm_exporter_dcgm_pins": pins.get("dcgm", {}),
+        "dcgm_exporter_package_pins": pins.get("dcgm_exporter", {}),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
     }
@@ -144,6 +147,8 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
     optional = {
         "common_apt_proxy": m.apt_proxy,
         "cuda_repo_base_url": m.cuda_repo_url,
+        "cuda_repo_key_url": m.cuda_repo_key_url,
+        "cuda_repo_key_fingerprint": m.cuda_repo_key_fingerprint,
         "python_env_pip_index_url": m.pip_index_url,
         "python_env_pip_find_links": m.pip_find_links,
         "python_env_wheelhouse_source": m.wheelhouse_source,

@@ -69,3 +69,46 @@ def test_off_pin_names_what_moved_and_where_to_put_it_back():
 ])
 def test_kernel_compiler(text, package):
     assert apt.kernel_compiler(text) == package
+
+
+def test_pins_offered_unoffered_and_unmet():
+    avail = apt.madison_versions(MADISON)
+    pins = {"nvidia-driver": "535.309.01-0+deb12u1", "nvidia-smi": "535.1-1"}
+    assert apt.pins_unoffered(pins, avail) == ["nvidia-smi=535.1-1"]
+    assert apt.pins_if_offered(pins, avail) == {"nvidia-driver": "535.309.01-0+deb12u1", "nvidia-smi": ""}
+    installed = apt.dpkg_installed(DPKG)
+    unmet = apt.pins_unmet({"nvidia-driver": installed["nvidia-driver"], "nvidia-smi": "0-1", "absent": "1-1"}, installed)
+    assert unmet == ["absent=1-1 (installed: none)", f"nvidia-smi=0-1 (installed: {installed['nvidia-smi']})"]
+
+
+def test_apt_preferences_pin_exact_then_repository_then_nothing():
+    text = apt.apt_preferences({"libcudnn8": "8.9.7.29-1+cuda12.2"}, "NVIDIA", "NVIDIA CUDA", "cuDNN")
+    assert text.split("\n\n")[1:] == [
+        "Package: libcudnn8\nPin: version 8.9.7.29-1+cuda12.2\nPin-Priority: 1001",
+        "Package: libcudnn8\nPin: release o=NVIDIA,l=NVIDIA CUDA\nPin-Priority: 100",
+        "Package: libcudnn8\nPin: version *\nPin-Priority: -1\n"]
+
+
+@pytest.mark.parametrize(("pins", "origin"), [({"a\nPin-Priority: 1001": "1"}, "NVIDIA"), ({"a": "1\nX: y"}, "NVIDIA"),
+                                             ({"a": "1"}, "NVIDIA,l=x"), ({"a": "1"}, "N\nPackage: *")])
+def test_apt_preferences_refuses_what_would_become_a_directive(pins, origin):
+    with pytest.raises(ValueError):
+        apt.apt_preferences(pins, origin, "NVIDIA CUDA", "x")
+
+
+def test_kept_or_newest_keeps_a_matching_installed_version_else_takes_the_newest_offered():
+    avail = apt.madison_versions(MADISON)
+    installed = apt.dpkg_installed(DPKG)
+    patterns = {"nvidia-driver": r"^535\.", "nvidia-smi": r"^9\.", "libcuda1": r"^535\.261\."}
+    got = apt.kept_or_newest(patterns, installed, avail)
+    assert got["nvidia-driver"] == installed.get("nvidia-driver", avail["nvidia-driver"][0])
+    assert got["nvidia-smi"] == ""                                   # nothing offered matches
+    assert got["libcuda1"] == next(v for v in avail["libcuda1"] if v.startswith("535.261."))
+
+
+def test_installed_matching_and_as_install():
+    installed = {"cuda-cudart-12-2": "12.2.140-1", "cuda-cudart-12-4": "12.4.1-1", "libcublas-12-2": "12.2.5.6-1", "vim": "9"}
+    assert apt.installed_matching(installed, r"^(cuda|libcu)[a-z0-9-]*-(12-2)$", r"^(12\.2)\.") == {
+        "cuda-cudart-12-2": "12.2.140-1", "libcublas-12-2": "12.2.5.6-1"}
+    assert apt.as_install(["nvidia-cuda-toolkit", "g++"], {"nvidia-cuda-toolkit": "11.8.89~11.8.0-5~deb12u1"}) == [
+        "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1", "g++"]

@@ -17,7 +17,7 @@ EXAMPLE = str(REPO / "inventories" / "example" / "hosts.ini")
 def test_profiles_lists_every_builtin_with_gpus_cuda_and_driver():
     result = runner.invoke(app, ["profiles"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for row in ("h100-train", "8x H100 80GB HBM3", "535.129.03", "debian12-lab", "rtx4090-dev", "12.4"):
+    for row in ("h100-train", "8x H100 80GB HBM3", "580.95.05", "debian12-lab", "rtx4090-dev", "12.4"):
         assert row in result.output
 
 
@@ -26,7 +26,7 @@ def test_profiles_show_prints_the_resolved_yaml():
     assert result.exit_code == 0
     data = yaml.safe_load(result.output)
     assert data["name"] == "t4-infer"
-    assert data["tensorrt"]["version"] == "8.5.3.1"  # inherited from l40s-infer
+    assert data["tensorrt"]["version"] == "8.5.3"  # inherited from l40s-infer
     assert data["hardware"]["gpu"]["architecture"] == "turing"
     assert "extends" not in data
 

@@ -33,7 +33,7 @@ CUDA_12_2_OLD_DRIVER = {"driver": {"branch": 525, "version": "525.147.05"}}
 
 # (rule, base profile, accepted changes, refused changes, text in the fix)
 CASES = [
-    ("cuda-min-driver", "h100-train", {"driver": {"version": "535.54.03"}}, CUDA_12_2_OLD_DRIVER,
+    ("cuda-min-driver", "h100-train", {"driver": {"branch": 535, "version": "535.54.03"}}, CUDA_12_2_OLD_DRIVER,
      "raise driver.version to 535.54.03"),
     ("cuda-known", "h100-train", {"cuda": {"toolkits": ["12.1"]}}, {"cuda": {"toolkits": ["12.7"]}}, "use one of"),
     ("distro-driver", "debian12-lab", {}, {"driver": {"branch": 550, "version": "550.54.15"}}, "use branch 535"),
@@ -67,8 +67,8 @@ CASES = [
      "kernel_modules: open"),
     ("fabric-manager-needed", "h100-train", {"fabric_manager": {"enabled": True}},
      {"fabric_manager": {"enabled": False}}, "fabric_manager.enabled: auto"),
-    ("fabric-manager-version", "h100-train", {"fabric_manager": {"version": "535.129.03"}},
-     {"fabric_manager": {"version": "535.104.05"}}, "fabric_manager.version: 535.129.03"),
+    ("fabric-manager-version", "h100-train", {"fabric_manager": {"version": "580.95.05"}},
+     {"fabric_manager": {"version": "580.65.06"}}, "fabric_manager.version: 580.95.05"),
     ("distro-fabric-manager", "debian12-lab", {}, {"fabric_manager": {"enabled": True}}, "driver.source: cuda_repo"),
     ("cudnn-known", "h100-train", {"cudnn": {"version": "8.9.6.50"}}, {"cudnn": {"version": "8.9.9.99"}}, "use one of"),
     ("cudnn-cuda", "h100-train", {"cudnn": {"version": "9.1.0.70"}}, {"cudnn": {"version": "8.6.0.163"}},
@@ -81,10 +81,10 @@ CASES = [
      "use cuDNN 8.6.x"),
     ("torch-known", "h100-train", {"python_env": {"torch": {"version": "2.3.1"}}},
      {"python_env": {"torch": {"version": "1.13.1"}}}, "use one of"),
-    ("torch-python", "h100-train", {"python_env": {"python": "3.11"}}, {"python_env": {"python": "3.12"}},
-     "python_env.python: '3.11'"),
-    ("torch-index", "h100-train", {"python_env": {"torch": {"index": "cu121"}}},
-     {"python_env": {"torch": {"index": "cu122"}}}, "use cu121"),
+    ("torch-python", "h100-train", {"python_env": {"python": "3.11"}}, {"python_env": {"python": "3.9"}},
+     "python_env.python: '3.14'"),
+    ("torch-index", "h100-train", {"python_env": {"torch": {"index": "cu126"}}},
+     {"python_env": {"torch": {"index": "cu121"}}}, "use cu126"),
     ("torch-index-driver", "l40s-infer", {"python_env": {"torch": {"index": "cu121"}}},
      {"driver": {"branch": 520, "version": "520.61.05"}, "python_env": {"torch": {"index": "cu121"}}},
      "raise driver.version"),
@@ -114,7 +114,7 @@ def test_every_rule_in_the_module_has_a_case():
 
 
 def test_torch_index_defaults_to_the_newest_not_past_the_toolkit():
-    p = build("h100-train", {"python_env": {"torch": {"index": None}}})
+    p = build("h100-train", {"python_env": {"torch": {"version": "2.1.2", "index": None, "packages": []}}})
     assert compat.torch_index(p) == "cu121"  # CUDA 12.2 host: there is no cu122 index
     p = build("l40s-infer", {"python_env": {"torch": {"index": None}}})
     assert compat.torch_index(p) == "cu118"

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +25,12 @@ import pytest
 
 from provisioner import catalogue
 from provisioner.lab import cudarepo
+
+from .conftest import COLLECTION
+
+_spec = importlib.util.spec_from_file_location("apt_filters", COLLECTION / "plugins" / "filter" / "apt.py")
+APT_FILTERS = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(APT_FILTERS)
 
 pytestmark = pytest.mark.skipif(not (shutil.which("dpkg-deb") and shutil.which("gpg") and shutil.which("gpgv")),
                                 reason="dpkg-deb, gpg and gpgv are needed (scripts/setup-dev-host)")
@@ -136,7 +144,7 @@ def test_a_changed_catalogue_rebuilds(repo, cat, tmp_path):
     assert cudarepo.build(root, cat=small).cached
     changed = small.model_copy(update={"sha256": "0" * 64})
     rebuilt = cudarepo.build(root, cat=changed)
-    assert not rebuilt.cached and rebuilt.packages == 2
+    assert not rebuilt.cached and rebuilt.packages == 3
 
 
 def test_payloads_are_few_and_only_where_named(repo, cat, tmp_path):
@@ -146,8 +154,13 @@ def test_payloads_are_few_and_only_where_named(repo, cat, tmp_path):
         paths = [line.split()[-1] for line in listing.splitlines() if not line.split()[-1].endswith("/")]
         if paths:
             files[deb.name] = paths
-    assert set(files) == {cudarepo.deb_name(n, p) for n, es in cat.packages.items() for p in es if p.stand_in_files}
-    assert {p for ps in files.values() for p in ps} == {"." + f for f in cudarepo.PAYLOADS}
+    assert set(files) == {cudarepo.deb_name(n, p) for n, es in cat.packages.items() for p in es
+                          if [f for f in p.stand_in_files if not f.startswith("DEBIAN/")]}
+    # A maintainer script goes into the control area: the toolkit registers the `cuda` alternative.
+    info = subprocess.run(["dpkg-deb", "-I", str(repo.dir / "cuda-toolkit-12-2_12.2.2-1_amd64.deb"), "postinst"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-12.2 122" in info
+    assert {p for ps in files.values() for p in ps} == {"." + f for f in cudarepo.PAYLOADS if not f.startswith("DEBIAN/")}
     out = tmp_path / "x"
     subprocess.run(["dpkg-deb", "-x", str(repo.dir / "nvidia-utils-580_580.65.06-0ubuntu1_amd64.deb"), str(out)], check=True)
     smi = subprocess.run([str(out / "usr/bin/nvidia-smi")], capture_output=True, text=True)
@@ -184,12 +197,29 @@ def test_apt_accepts_it_and_sees_nvidias_versions(repo, tmp_path):
     assert policy.count(f"file:{repo.dir}") == 2, policy
     releases = subprocess.run(["apt-cache", *opts, "policy"], capture_output=True, text=True).stdout
     assert "release o=NVIDIA,l=NVIDIA CUDA" in releases, releases
-    # A pin by origin and label, as the roles write it, picks the older driver.
+    # Another archive (Origin Ubuntu) with its own build of the same upstream version and a
+    # newer one: as the Ubuntu archive's nvidia-graphics-drivers would carry them.
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "Packages").write_text("".join(
+        f"Package: cuda-drivers-580\nVersion: {v}\nArchitecture: amd64\nFilename: ./x_{i}.deb\nSize: 1\n"
+        "Description: another archive's build\n\n" for i, v in enumerate(("580.95.05-0ubuntu0.22.04.1", "580.95.06-1ubuntu1"))))
+    (archive / "Release").write_text("Origin: Ubuntu\nLabel: Ubuntu\nArchitecture: amd64\n")
+    with (etc / "sources.list.d" / "cuda.sources").open("a") as f:
+        f.write(f"\nTypes: deb\nURIs: file:{archive}/\nSuites: /\nTrusted: yes\n")
+    assert subprocess.run(["apt-get", *opts, "update"], capture_output=True, text=True).returncode == 0
+    # The pins the roles write (pinned_packages, through the apt_preferences filter):
+    # the exact version wins even downward; NVIDIA's other versions stay listed at 100;
+    # the other archive's builds, the same upstream version included, are never candidates.
     (etc / "preferences.d" / "nvidia").write_text(
-        "Package: cuda-drivers-580\nPin: release o=NVIDIA,l=NVIDIA CUDA\nPin: version 580.65.06-0ubuntu1\n"
-        "Pin-Priority: 1001\n")
+        APT_FILTERS.apt_preferences({"cuda-drivers-580": "580.65.06-0ubuntu1"}, "NVIDIA", "NVIDIA CUDA", "the driver"))
     pinned = subprocess.run(["apt-cache", *opts, "policy", "cuda-drivers-580"], capture_output=True, text=True).stdout
     assert "Candidate: 580.65.06-0ubuntu1" in pinned, pinned
+    table = {m[1]: int(m[2]) for m in re.finditer(r"^ {5}(\S+) (-?\d+)$", pinned, re.M)}
+    assert table == {"580.95.06-1ubuntu1": -1, "580.95.05-1ubuntu1": 100, "580.95.05-0ubuntu0.22.04.1": -1,
+                     "580.65.06-0ubuntu1": 1001}, pinned
+    (etc / "sources.list.d" / "cuda.sources").write_text(
+        f"Types: deb\nURIs: file:{repo.dir}/\nSuites: /\nSigned-By: {keyring}\n")
     madison = subprocess.run(["apt-cache", *opts, "madison", "libcudnn8"], capture_output=True, text=True).stdout
     assert "8.9.7.29-1+cuda12.2" in madison
     showpkg = subprocess.run(["apt-cache", *opts, "show", "nvidia-fabricmanager=580.95.05-1"], capture_output=True, text=True)

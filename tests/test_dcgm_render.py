@@ -21,13 +21,14 @@ def _unit(text: str) -> configparser.ConfigParser:
     return parser
 
 
-def test_h100_renders_a_hardened_unit_on_loopback():
-    r = RoleRender("dcgm_exporter", {**profile_vars("h100-train"), **BINARY})
-    assert r.var("dcgm_exporter_package") == "datacenter-gpu-manager-4-cuda12"
+def test_h100_runs_nvidias_packaged_exporter_under_a_hardened_unit_on_loopback():
+    r = RoleRender("dcgm_exporter", profile_vars("h100-train"))
+    assert r.var("dcgm_exporter_packaged") is True
+    assert r.var("dcgm_exporter_package_pins") == {"datacenter-gpu-manager-exporter": "4.6.0-1"}
     unit = _unit(r.template("dcgm-exporter.service.j2"))
     service = unit["Service"]
     assert service["ExecStart"] == (
-        "/usr/local/bin/dcgm-exporter --address 127.0.0.1:9400 --collectors /etc/dcgm-exporter/collectors.csv"
+        "/usr/bin/dcgm-exporter --address 127.0.0.1:9400 --collectors /etc/dcgm-exporter/collectors.csv"
         " --remote-hostengine-info localhost:5555")
     assert service["User"] == service["Group"] == "dcgm-exporter"
     assert service["NoNewPrivileges"] == "yes" and service["Restart"] == "on-failure"
@@ -35,6 +36,12 @@ def test_h100_renders_a_hardened_unit_on_loopback():
     assert unit["Unit"]["Requires"] == "nvidia-dcgm.service"
     assert "nvidia-dcgm.service" in unit["Unit"]["After"]
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_a_binary_is_the_fallback_where_there_is_no_package():
+    r = RoleRender("dcgm_exporter", {**profile_vars("h100-train"), **BINARY, "dcgm_exporter_package_pins": {}})
+    assert r.var("dcgm_exporter_packaged") is False
+    assert r.var("dcgm_exporter_exec_start").startswith("/usr/local/bin/dcgm-exporter --address 127.0.0.1:9400 ")
 
 
 def test_collectors_csv_lists_the_profiles_fields_with_types():
@@ -60,10 +67,10 @@ def test_listen_address_is_what_the_profile_says():
 
 
 def test_dcgm_follows_the_drivers_cuda_not_the_cuda_11_toolkit():
-    # l40s-infer installs the 11.8 toolkit on R535, whose driver brings CUDA 12: DCGM's
+    # l40s-infer installs the 11.8 toolkit on R580, whose driver brings CUDA 13: DCGM's
     # -cudaNN build must match the driver (its libcuda), not the toolkit.
-    assert RoleRender("dcgm_exporter", profile_vars("l40s-infer")).var("dcgm_exporter_package") == \
-        "datacenter-gpu-manager-4-cuda12"
+    assert set(RoleRender("dcgm_exporter", profile_vars("l40s-infer")).var("dcgm_exporter_dcgm_pins")) == {
+        "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13"}
 
 
 def test_debian12_lab_installs_no_dcgm_and_no_exporter():

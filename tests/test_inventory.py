@@ -101,10 +101,10 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     node = hostvars["gpu-node-03"]
     # Plain profile strings reach Ansible as plain strings (versions stay strings, see
     # provisioner/ansible_data.py); only a string that could template is marked unsafe.
-    assert node["nvidia_driver_version"] == "535.129.03" and node["fabric_manager_version"] == "535.129.03"
-    assert node["nccl_package_version"] == "2.18.5-1+cuda12.2"
-    assert node["cudnn_package_version"] == "8.9.7.29-1+cuda12.2"
-    assert node["python_env_torch_index"] == "cu121"
+    assert node["nvidia_driver_version"] == "580.95.05" and node["fabric_manager_version"] == "580.95.05"
+    assert node["nccl_pins"] == {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"}
+    assert node["cudnn_pins"]["libcudnn8"] == "8.9.7.29-1+cuda12.2"
+    assert node["python_env_torch_index"] == "cu126"
     assert node["cuda_toolkit_versions"] == ["12.2"]
     assert node["ansible_python_interpreter"] == "/usr/bin/python3"
     assert load_unsafe((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"

@@ -59,7 +59,7 @@ def test_nccl_tests_are_rebuilt_when_the_tarball_or_nccl_changes_and_only_then(t
             "tasks": [{"name": "Run the nccl role's nccl-tests tasks.", "ansible.builtin.include_role": {
                 "name": "gpu_provisioner.node.nccl", "tasks_from": "tests"}}]}],
             f"[gpu]\n{LOCAL} nccl_tests_prefix={prefix} nccl_tests_cuda_home={cuda} nccl_tests_source={tarball} "
-            f"nccl_tests_sha256={sha} nccl_version={nccl} nccl_package_version={nccl}-1+cuda12.2\n")
+            f"nccl_tests_sha256={sha} nccl_version={nccl} nccl_pins={{'libnccl2':'{nccl}-1+cuda12.2'}}\n")
         assert run.rc == 0, run.stdout[-3000:]
         return run
 

@@ -24,8 +24,15 @@ def test_h100_train_is_what_the_seed_guidance_asks_for():
     assert (p.hardware.gpu.count, p.hardware.gpu.architecture, p.hardware.interconnect) == (8, "hopper", "nvswitch")
     assert p.fabric_manager.enabled is True and p.fabric_manager.version == p.driver.version
     assert p.cuda.toolkits == ["12.2"] and p.cudnn.version.startswith("8.9.")
-    assert p.python_env.torch.version.startswith("2.1.") and p.python_env.torch.index == "cu121"
-    assert p.python_env.name == "pytorch_env" and p.python_env.python == "3.10"
+    # A supported driver branch (R580 LTS), and a current PyTorch whose wheels carry their own
+    # CUDA runtime: cu126 is the oldest index 2.11 publishes; the R580 driver runs it.
+    assert p.driver.branch == 580 and p.driver.source == "cuda_repo"
+    assert p.python_env.torch.version.startswith("2.11.") and p.python_env.torch.index == "cu126"
+    assert p.python_env.name == "pytorch_env" and p.python_env.python == "3.12"
+    # Every artifact it needs is named with its checksum, or comes from a package.
+    assert p.python_env.conda_installer.endswith("Miniforge3-25.3.1-0-Linux-x86_64.sh")
+    assert p.python_env.conda_installer_sha256 == "376b160ed8130820db0ab0f3826ac1fc85923647f75c1b8231166e3d559ab768"
+    assert p.dcgm.exporter.binary is None and p.dcgm.exporter.version == "4.6.0-1"
     assert p.hardware.infiniband and p.hardware.min_cpu_cores >= 32 and p.hardware.min_ram_gib >= 1024
 
 
@@ -41,7 +48,7 @@ def test_extends_deep_merges_mappings_and_replaces_lists(tmp_path: Path):
     assert p.hardware.gpu.count == 4
     assert p.hardware.gpu.model == "H100 80GB HBM3"  # kept from the parent: mappings merge
     assert p.python_env.packages == ["numpy"]
-    assert p.python_env.torch.index == "cu121"
+    assert p.python_env.torch.index == "cu126"
     assert p.description == "tweaked"
     assert [f.name for f in loaded.files] == ["mine.yml", "h100-train.yml"]
 
@@ -71,10 +78,10 @@ def test_resolved_yaml_round_trips_to_the_same_profile(tmp_path: Path):
 
 
 def test_digest_changes_with_any_setting(tmp_path: Path):
-    base = profiles.load("h100-train").digest
+    loaded = profiles.load("h100-train")
+    base = loaded.digest
     child = tmp_path / "c.yml"
-    child.write_text("extends: h100-train\nname: h100-train\ndescription: 8x H100 SXM5 80GB training node, NVSwitch + "
-                     "fabric manager, CUDA 12.2, PyTorch 2.1 (cu121), InfiniBand\n")
+    child.write_text(f"extends: h100-train\nname: h100-train\ndescription: {loaded.profile.description}\n")
     assert profiles.load(str(child)).digest == base
     child.write_text(child.read_text() + "verify:\n  nccl_min_busbw_gbps: 351\n")
     assert profiles.load(str(child)).digest != base

@@ -31,11 +31,11 @@ def test_h100_conda_commands_and_condarc():
         "/bin/bash", "/var/lib/provisioner/python_env/downloads/Miniforge3-24.3.0-0-Linux-x86_64.sh",
         "-b", "-u", "-p", "/opt/conda"]
     assert r.var("python_env_cmd_conda_create") == [
-        "/opt/conda/bin/conda", "create", "--yes", "--quiet", "--prefix", build, "python=3.10"]
-    # torch from the index matching CUDA 12.2 (cu121: there is no cu122), deps from PyPI
+        "/opt/conda/bin/conda", "create", "--yes", "--quiet", "--prefix", build, "python=3.12"]
+    # torch 2.11 from the cu126 index the profile names (its wheels carry their own CUDA runtime), deps from PyPI
     assert r.var("python_env_cmd_pip_torch") == [
         build + "/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-        "--extra-index-url", "https://download.pytorch.org/whl/cu121", "torch==2.1.2+cu121", "torchvision==0.16.2"]
+        "--extra-index-url", "https://download.pytorch.org/whl/cu126", "torch==2.11.0+cu126", "torchvision==0.26.0"]
     condarc = yaml.safe_load(r.template("condarc.j2"))
     assert condarc == {"channels": ["conda-forge"], "channel_priority": "strict",
                        "auto_update_conda": False, "show_channel_urls": True}
@@ -53,10 +53,10 @@ def test_conda_mirrors_reach_the_commands_and_condarc():
                                   "python_env_pip_index_url": "https://pypi.mirror.example/simple",
                                   "python_env_torch_index_url": "https://torch.mirror.example/whl"})
     assert r.var("python_env_installer_is_url") is True
-    assert r.var("python_env_cmd_conda_create")[-2:] == ["python=3.10", "numpy=1.26"]
+    assert r.var("python_env_cmd_conda_create")[-2:] == ["python=3.12", "numpy=1.26"]
     cmd = r.var("python_env_cmd_pip_torch")
     assert cmd[cmd.index("--index-url") + 1] == "https://pypi.mirror.example/simple"
-    assert cmd[cmd.index("--extra-index-url") + 1] == "https://torch.mirror.example/whl/cu121"
+    assert cmd[cmd.index("--extra-index-url") + 1] == "https://torch.mirror.example/whl/cu126"
     assert yaml.safe_load(r.template("condarc.j2"))["channels"] == ["https://mirror.example/conda-forge"]
 
 

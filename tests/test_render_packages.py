@@ -18,7 +18,11 @@ def test_the_driver_decides_its_cuda_major(driver, major):
 def test_dcgm_follows_the_drivers_cuda_not_the_toolkits(name):
     loaded = profiles.load(name)
     want = compat.driver_cuda_major(loaded.profile.driver.version)
-    assert role_vars(loaded)["dcgm_exporter_cuda_major"] == want
-    # l40s-infer and t4-infer install the 11.8 toolkit on a driver that brings CUDA 12.
-    if loaded.profile.cuda.default.startswith("11."):
-        assert want == 12
+    pins = role_vars(loaded)["dcgm_exporter_dcgm_pins"]
+    if loaded.profile.dcgm.enabled:
+        assert f"datacenter-gpu-manager-4-cuda{want}" in pins
+    else:
+        assert pins == {}
+    # l40s-infer and t4-infer install the 11.8 toolkit on R580, a driver that brings CUDA 13.
+    if loaded.profile.cuda.default.startswith("11.") and loaded.profile.driver.branch >= 580:
+        assert want == 13

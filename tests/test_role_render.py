@@ -45,7 +45,7 @@ PLAY = """\
         name: "{{ item }}"
         tasks_from: packages
         public: true
-      loop: [nvidia_driver, fabric_manager, cuda_toolkit, cudnn]
+      loop: [nvidia_driver, cuda_toolkit]
 
     - name: Render the apt source and the pin files.
       ansible.builtin.template:
@@ -55,11 +55,17 @@ PLAY = """\
       loop:
         - {role: cuda_repo, src: cuda-repo.sources.j2, dest: cuda.sources}
         - {role: nvidia_driver, src: preferences.j2, dest: nvidia-driver.pref}
-        - {role: fabric_manager, src: preferences.j2, dest: fabric-manager.pref}
-        - {role: cudnn, src: preferences.j2, dest: cudnn.pref}
-        - {role: nccl, src: preferences.j2, dest: nccl.pref}
       vars:
         nvidia_driver_companion_versions: {}
+    - name: Write the pin files the shared role pinned_packages would write.
+      ansible.builtin.copy:
+        dest: "{{ out_dir }}/{{ item.dest }}"
+        mode: "0644"
+        content: "{{ item.pins | gpu_provisioner.node.apt_preferences('NVIDIA', 'NVIDIA CUDA', item.dest) }}"
+      loop:
+        - {pins: "{{ fabric_manager_pins }}", dest: fabric-manager.pref}
+        - {pins: "{{ cudnn_pins | default({}) }}", dest: cudnn.pref}
+        - {pins: "{{ nccl_pins | default({}) }}", dest: nccl.pref}
     - name: Write what was computed.
       ansible.builtin.copy:
         dest: "{{ out_dir }}/computed.json"
@@ -70,11 +76,9 @@ PLAY = """\
           driver: "{{ nvidia_driver_packages }}"
           driver_glob: "{{ nvidia_driver_version_glob }}"
           pinning_package: "{{ nvidia_driver_pinning_package }}"
-          fabric_manager: "{{ fabric_manager_package }}"
           toolkit: "{{ cuda_toolkit_packages }}"
           toolkit_patterns: "{{ cuda_toolkit_version_patterns }}"
           nvcc: "{{ cuda_toolkit_nvcc }}"
-          cudnn: "{{ cudnn_packages }}"
 """
 
 
@@ -111,51 +115,39 @@ def _compute(profile: str, tmp: Path, **overrides) -> tuple[dict, Path]:
 
 def test_h100_train_packages_and_files(tmp_path):
     got, out = _compute("h100-train", tmp_path)
-    assert got["driver"] == ["cuda-drivers-535", "nvidia-driver-535"]
-    assert got["driver_glob"] == "535.129.03-*"
-    assert got["pinning_package"] == "nvidia-driver-pinning-535"  # used only where the repository has it
-    assert got["fabric_manager"] == "nvidia-fabricmanager-535"
+    assert got["driver"] == ["cuda-drivers-580", "nvidia-driver-580"]
+    # Exactly NVIDIA's revision: the Ubuntu archive's 580.95.05-0ubuntu0.22.04.1 does not match.
+    assert got["driver_glob"] == "580.95.05-1ubuntu1"
+    assert got["pinning_package"] == "nvidia-driver-pinning-580"
     assert got["toolkit"] == ["cuda-toolkit-12-2"]
-    assert got["toolkit_patterns"] == {"cuda-toolkit-12-2": r"^12\.2\."}
+    assert got["toolkit_patterns"] == {"cuda-toolkit-12-2": r"^12\.2\.2\-1$"}
     assert got["nvcc"] == {"12.2": "/usr/local/cuda-12.2/bin/nvcc"}
-    assert got["cudnn"] == ["libcudnn8", "libcudnn8-dev"]
     sources = (out / "cuda.sources").read_text()
     assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/\n" in sources
     assert "Suites: /\n" in sources
     assert "Signed-By: /usr/share/keyrings/provisioner-cuda-archive-keyring.asc\n" in sources
     assert "Components" not in sources  # a flat repository
     driver_pref = (out / "nvidia-driver.pref").read_text()
-    assert "Pin: version 535.129.03-*\nPin-Priority: 1001" in driver_pref
+    assert "Pin: version 580.95.05-1ubuntu1\nPin-Priority: 1001" in driver_pref
     assert "Package: nvidia-* libnvidia-* " in driver_pref and " cuda-drivers*\n" in driver_pref
-    assert "Package: nvidia-fabricmanager-535\nPin: version 535.129.03-*\nPin-Priority: 1001" in (out / "fabric-manager.pref").read_text()
-    assert "Package: libcudnn8 libcudnn8-dev\nPin: version 8.9.7.29-1+cuda12.2\n" in (out / "cudnn.pref").read_text()
-    assert "Package: libnccl2 libnccl-dev\nPin: version 2.18.5-1+cuda12.2\n" in (out / "nccl.pref").read_text()
+    fm = (out / "fabric-manager.pref").read_text()
+    assert "Package: nvidia-fabricmanager\nPin: version 580.95.05-1\nPin-Priority: 1001" in fm
+    assert "Package: libnvidia-nscq\nPin: release o=NVIDIA,l=NVIDIA CUDA\nPin-Priority: 100" in fm
+    assert "Package: libcudnn8\nPin: version 8.9.7.29-1+cuda12.2\n" in (out / "cudnn.pref").read_text()
+    assert "Package: libnccl2\nPin: version 2.19.3-1+cuda12.2\n" in (out / "nccl.pref").read_text()
 
 
-def test_a100_train_has_the_h100_stack(tmp_path):
-    got, out = _compute("a100-train", tmp_path)
-    assert got["driver"] == ["cuda-drivers-535", "nvidia-driver-535"]
-    assert got["toolkit"] == ["cuda-toolkit-12-2"] and got["cudnn"] == ["libcudnn8", "libcudnn8-dev"]
-    assert "Pin: version 2.18.5-1+cuda12.2" in (out / "nccl.pref").read_text()
-
-
-def test_t4_infer_cuda_11_8(tmp_path):
-    got, out = _compute("t4-infer", tmp_path)
+def test_l40s_infer_cuda_11_8(tmp_path):
+    got, out = _compute("l40s-infer", tmp_path)
     assert got["toolkit"] == ["cuda-toolkit-11-8"]
     assert got["nvcc"] == {"11.8": "/usr/local/cuda-11.8/bin/nvcc"}
     assert "Pin: version 8.6.0.163-1+cuda11.8" in (out / "cudnn.pref").read_text()
     assert "Pin: version 2.16.5-1+cuda11.8" in (out / "nccl.pref").read_text()
 
 
-def test_mirror_open_modules_cudnn9_and_branch_580(tmp_path):
-    got, out = _compute("h100-train", tmp_path,
-                        cuda_repo_base_url="http://mirror.example/cuda/repos/",
-                        nvidia_driver_kernel_modules="open", nvidia_driver_branch=580,
-                        nvidia_driver_version="580.65.06", fabric_manager_version="580.65.06",
-                        cudnn_package="libcudnn9-cuda-12", cudnn_package_version="9.1.0.70-1", cudnn_version="9.1.0.70")
-    assert got["driver"] == ["nvidia-driver-580-open"]
-    assert got["fabric_manager"] == "nvidia-fabricmanager"
-    assert got["cudnn"] == ["libcudnn9-cuda-12", "libcudnn9-dev-cuda-12"]
+def test_mirror_and_open_modules(tmp_path):
+    got, out = _compute("rtx4090-dev", tmp_path, cuda_repo_base_url="http://mirror.example/cuda/repos/")
+    assert got["driver"] == ["nvidia-driver-580-open"] and got["driver_glob"] == "580.95.05-1ubuntu1"
     assert "URIs: http://mirror.example/cuda/repos/ubuntu2204/x86_64/\n" in (out / "cuda.sources").read_text()
 
 

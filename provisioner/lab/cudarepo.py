@@ -94,6 +94,30 @@ PAYLOADS: dict[str, tuple[int, str]] = {
         "[Service]\nUser=root\nPrivateTmp=false\nType=forking\n"
         "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\nLimitCORE=infinity\n"
         "[Install]\nWantedBy=multi-user.target\n")),
+    # DCGM's host engine unit, as DCGM's packages name it (nvidia-dcgm.service); the
+    # binary is not shipped.
+    "/lib/systemd/system/nvidia-dcgm.service": (0o644, (
+        "# gpu-provisioner test stand-in (the binary is not shipped)\n"
+        "[Unit]\nDescription=NVIDIA DCGM service\n"
+        "[Service]\nUser=root\nPrivateTmp=false\nExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm\n"
+        "Restart=on-abort\n[Install]\nWantedBy=multi-user.target\n")),
+    # The exporter's binary: exits as the real one does without a host engine to reach.
+    "/usr/bin/dcgm-exporter": (0o755, (
+        "#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's dcgm-exporter: no NVIDIA software is installed.\n"
+        "echo 'stand-in dcgm-exporter: no DCGM host engine to connect to' >&2\nexit 1\n")),
+    # A maintainer script (a payload path under DEBIAN/; what follows '#' only tells payloads
+    # apart). NVIDIA's toolkit packages register /usr/local/cuda as the `cuda` alternative
+    # (inferred: cuda-toolkit-12-2-config-common's postinst); the meta-package's stand-in does.
+    "DEBIAN/postinst#cuda-12.2": (0o755, (
+        "#!/bin/sh\nset -e\n# gpu-provisioner test stand-in: register the toolkit as NVIDIA's packages do.\n"
+        "if [ \"$1\" = configure ]; then\n"
+        "  update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-12.2 122\nfi\n")),
+    # nvcc's --version, in the real 12.2 Update 2 wording (V12.2.140): the role checks the
+    # release it names. It compiles nothing.
+    "/usr/local/cuda-12.2/bin/nvcc": (0o755, (
+        "#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's nvcc: it compiles nothing.\n"
+        "echo 'nvcc: NVIDIA (R) Cuda compiler driver'\necho 'Copyright (c) 2005-2023 NVIDIA Corporation'\n"
+        "echo 'Cuda compilation tools, release 12.2, V12.2.140'\n")),
 }
 
 
@@ -194,7 +218,7 @@ def _build_deb(name: str, pkg: PackageVersion, cat: Catalogue, tmp: Path, repo_d
     (tree / "DEBIAN" / "control").write_text(_control(name, pkg, cat))
     for path in sorted(pkg.stand_in_files):
         mode, content = PAYLOADS[path]
-        dest = tree / path.lstrip("/")
+        dest = tree / path.split("#", 1)[0].lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(content)
         dest.chmod(mode)
@@ -276,12 +300,13 @@ class Served:
     bind: str
 
 
+# One server per port (PROVISIONER_LAB_CUDAREPO_PORT): labs on other ports do not share it.
 def _pidfile() -> Path:
-    return RUN_DIR / "cudarepo-http.pid"
+    return RUN_DIR / f"cudarepo-http-{PORT}.pid"
 
 
 def _state_file() -> Path:
-    return RUN_DIR / "cudarepo-http.json"
+    return RUN_DIR / f"cudarepo-http-{PORT}.json"
 
 
 def running() -> Served | None:

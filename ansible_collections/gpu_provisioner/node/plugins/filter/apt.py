@@ -16,6 +16,16 @@ it is plain Python, unit-tested on captured output (tests/test_apt_filters.py):
   as_installed(names, installed)   -> ["name=version", ...] for messages
   kernel_compiler(proc_version)    `/proc/version` -> the compiler package the kernel was built
                                    with ("gcc-12"), or "" when it does not say
+  pins_unoffered(pins, avail)      -> ["name=version", ...] that apt's sources do not offer
+  kept_or_newest(patterns, installed, avail)
+                                   -> {package: installed version if it matches its regex, else the newest offered}
+  installed_matching(installed, name_re, version_re)
+                                   -> {package: version} of installed packages matching both
+  as_install(names, versions)      -> ["name=version" or "name", ...] for apt
+  pins_if_offered(pins, avail)     -> {name: version if apt offers it else ""}
+  pins_unmet(pins, installed)      -> ["name=version (installed: v)", ...] not installed exactly
+  apt_preferences(pins, origin, label, what)
+                                   -> the text of an apt preferences file pinning exactly these
 """
 
 from __future__ import annotations
@@ -102,6 +112,68 @@ def kernel_compiler(proc_version: str) -> str:
     return f"{'gcc' if tool == 'gcc' else 'clang'}-{suffix or number}"
 
 
+def pins_unoffered(pins: dict[str, str], avail: dict[str, list[str]]) -> list[str]:
+    """The exact pins no configured apt source offers (madison lists every source's versions)."""
+    return [f"{name}={version}" for name, version in sorted(pins.items()) if version not in avail.get(name, [])]
+
+
+def kept_or_newest(patterns: dict[str, str], installed: dict[str, str], avail: dict[str, list[str]]) -> dict[str, str]:
+    """Per package, its installed version if that matches its version regex, else the newest
+    offered one that does, else "" (not offered yet)."""
+    out = {}
+    for name, pattern in patterns.items():
+        have = installed.get(name, "")
+        out[name] = have if have and re.match(pattern, have) else next(
+            (v for v in avail.get(name, []) if re.match(pattern, v)), "")
+    return out
+
+
+def installed_matching(installed: dict[str, str], name_re: str, version_re: str) -> dict[str, str]:
+    """The installed packages whose name matches `name_re` and version `version_re` (search)."""
+    return {name: v for name, v in installed.items() if re.match(name_re, name) and re.search(version_re, v)}
+
+
+def as_install(names: list[str], versions: dict[str, str]) -> list[str]:
+    """apt's install list: `name=version` where a version is known, the bare name otherwise."""
+    return [f"{name}={versions[name]}" if versions.get(name) else name for name in names]
+
+
+def pins_if_offered(pins: dict[str, str], avail: dict[str, list[str]]) -> dict[str, str]:
+    """Each pin's version where apt offers it, "" where it does not (yet)."""
+    return {name: version if version in avail.get(name, []) else "" for name, version in pins.items()}
+
+
+def pins_unmet(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """The pins not installed at exactly their version, each with what is installed."""
+    return [f"{name}={version} (installed: {installed.get(name, 'none')})"
+            for name, version in sorted(pins.items()) if installed.get(name) != version]
+
+
+def apt_preferences(pins: dict[str, str], origin: str, label: str, what: str) -> str:
+    """apt preferences for packages pinned to exact versions from one repository.
+
+    apt uses the first record that matches a package version (checked with apt on this
+    machine: tests/test_cudarepo.py), so per package, in this order:
+      1. its exact version: 1001, so apt installs it and goes back to it, even downward;
+      2. any other version from the repository (Pin: release o=<Origin>,l=<Label>): 100,
+         still listed by apt-cache but never chosen over the pin or an installed version;
+      3. anything else, from any other source (the Ubuntu archive's own build of the same
+         upstream version, a PPA): -1, never installed.
+    Names and versions come from the package catalogue (render), not from free text; an
+    origin or label with a comma or a newline is refused, as it would end the Pin field."""
+    for field in (origin, label):
+        if any(c in field for c in ",\n\r"):
+            raise ValueError(f"apt_preferences: a release field may not hold ',' or a newline: {field!r}")
+    blocks = [f"# gpu-provisioner: {what} at exactly these versions, from {origin} {label} only."]
+    for name, version in sorted(pins.items()):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]*", name) or not re.fullmatch(r"[0-9][A-Za-z0-9.+~:-]*", version):
+            raise ValueError(f"apt_preferences: not a package pin: {name}={version}")
+        blocks.append(f"Package: {name}\nPin: version {version}\nPin-Priority: 1001")
+        blocks.append(f"Package: {name}\nPin: release o={origin},l={label}\nPin-Priority: 100")
+        blocks.append(f"Package: {name}\nPin: version *\nPin-Priority: -1")
+    return "\n\n".join(blocks) + "\n"
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -113,4 +185,11 @@ class FilterModule:
             "as_pins": as_pins,
             "as_installed": as_installed,
             "kernel_compiler": kernel_compiler,
+            "pins_unoffered": pins_unoffered,
+            "kept_or_newest": kept_or_newest,
+            "installed_matching": installed_matching,
+            "as_install": as_install,
+            "pins_if_offered": pins_if_offered,
+            "pins_unmet": pins_unmet,
+            "apt_preferences": apt_preferences,
         }

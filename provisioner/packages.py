@@ -1,0 +1,165 @@
+"""What a profile installs from NVIDIA's CUDA repository: exact package names and versions,
+resolved in the package catalogue of its repository flavour before any host is touched.
+
+The roles never work out NVIDIA's package names or versions themselves: render gives each
+one `{package: exact version}` (its `*_pins` variable) from `plan()`. Names come from the
+flavour's `naming:` rules (branch-suffixed up to R580, branch-less with a pinning package
+from R590), versions from its `packages:`, so the Ubuntu archive's own build of the same
+upstream version (another Debian revision) is never what a pin names. A profile asking for
+something the flavour does not carry is refused here, naming the profile field and what
+the catalogue has.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cmp_to_key
+
+from provisioner import catalogue, compat
+from provisioner.catalogue import Catalogue, compare_versions
+from provisioner.errors import ProvisionError
+from provisioner.models import Profile
+
+# The CUDA repository folder NVIDIA publishes for each OS a profile can name.
+OS_FLAVOUR = {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404", "debian-12": "debian12"}
+
+_BUILD_RE = re.compile(r"\+cuda(\d+)\.(\d+)$")
+
+Pins = dict[str, str]
+
+
+def flavour(p: Profile) -> str:
+    """The repository flavour: the profile's mirrors.cuda_repo_flavour, else its OS's."""
+    return p.mirrors.cuda_repo_flavour or OS_FLAVOUR.get(p.os, "")
+
+
+def uses_cuda_repo(p: Profile) -> bool:
+    """Whether any component comes from NVIDIA's repository (DCGM has no other source)."""
+    return p.driver.source == "cuda_repo" or p.dcgm.enabled or (p.cuda.source == "cuda_repo" and (
+        p.cuda.enabled or p.cudnn.enabled or p.nccl.enabled or p.tensorrt.enabled))
+
+
+def load_catalogue(p: Profile) -> Catalogue:
+    name = flavour(p)
+    if name not in catalogue.flavours():
+        field = "mirrors.cuda_repo_flavour" if p.mirrors.cuda_repo_flavour else "os"
+        raise ProvisionError(
+            f"profile {p.name}: NVIDIA's CUDA repository flavour {name!r} (from {field}) has no package catalogue",
+            where=field,
+            fix=f"set mirrors.cuda_repo_flavour to one of {', '.join(catalogue.flavours())}, "
+                "or take the components from the distribution (driver.source / cuda.source: distro)")
+    return catalogue.load(name)
+
+
+def _strip_epoch(v: str) -> str:
+    return v.split(":", 1)[1] if ":" in v else v
+
+
+def _newest(versions: list[str]) -> str:
+    return sorted(versions, key=cmp_to_key(compare_versions))[-1]
+
+
+class _Resolver:
+    def __init__(self, p: Profile, cat: Catalogue):
+        self.p, self.cat = p, cat
+        toolkit = p.cuda.default.split(".")
+        self.numbers = {"cuda_major": int(toolkit[0]), "cuda_minor": int(toolkit[1]),
+                        "driver_cuda_major": compat.driver_cuda_major(p.driver.version) or int(toolkit[0])}
+
+    def names(self, component: str, field: str, **numbers: int) -> list[str]:
+        names = self.cat.names(component, self.p.driver.branch, **{**self.numbers, **numbers})
+        if not names:
+            raise self._refuse(field, f"the {self.cat.flavour} catalogue names no {component} packages "
+                                      f"for driver branch {self.p.driver.branch}", "pick a driver branch it has")
+        return names
+
+    def exact(self, name: str, version: str, field: str) -> str:
+        """The catalogue version of `name` that `version` names: itself, or the newest whose
+        upstream part is it or starts with it and a dot (``580.95.05`` -> ``580.95.05-1ubuntu1``,
+        CUDA ``12.2`` -> ``12.2.2-1``, DCGM ``4.5.2`` -> ``1:4.5.2-1``). Refuses a version the
+        flavour does not carry."""
+        versions = self.cat.versions(name)
+        found = [v for v in versions if version in (v, _strip_epoch(v))
+                 or _strip_epoch(v).startswith((version + "-", version + "."))]
+        if found:
+            return _newest(found)
+        raise self._refuse(field, f"{name} {version} is not in NVIDIA's {self.cat.flavour} repository "
+                                  f"(catalogue has: {', '.join(versions) or 'no version of it'})",
+                           "pick a version it carries")
+
+    def for_cuda(self, name: str, version: str, field: str, toolkit: str) -> str:
+        """The build of library `name` `version` made for the toolkit's CUDA: the newest
+        `<version>-N+cudaX.Y` with X the toolkit's major and X.Y not newer than it, or a
+        build-less `<version>-N` (cuDNN 9 names the CUDA major in the package instead)."""
+        major, minor = (int(x) for x in toolkit.split(".")[:2])
+        fits = []
+        for v in self.cat.versions(name):
+            if not v.startswith(version + "-"):
+                continue
+            m = _BUILD_RE.search(v)
+            if m is None or (int(m[1]) == major and int(m[2]) <= minor):
+                fits.append(v)
+        if fits:
+            return _newest(fits)
+        have = [v for v in self.cat.versions(name) if v.startswith(version + "-")]
+        raise self._refuse(field, f"{name} {version} has no build for CUDA {toolkit} in NVIDIA's {self.cat.flavour} "
+                                  f"repository (catalogue has: {', '.join(have or self.cat.versions(name)) or 'none'})",
+                           "pick a version built for this CUDA major, or change cuda.default")
+
+    def _refuse(self, field: str, what: str, fix: str) -> ProvisionError:
+        return ProvisionError(f"profile {self.p.name}: {field}: {what}", where=field, fix=fix)
+
+
+def plan(p: Profile) -> dict[str, Pins]:
+    """component -> {package: exact version} for what comes from NVIDIA's repository.
+
+    Components: driver (with its pinning package from R580 on), fabric_manager (with nscq:
+    DCGM needs it on NVSwitch systems), cuda_toolkit, cudnn, nccl, tensorrt, dcgm,
+    dcgm_exporter (the packaged one, unless the profile gives a binary)."""
+    if not uses_cuda_repo(p):
+        return {}
+    r = _Resolver(p, load_catalogue(p))
+    out: dict[str, Pins] = {}
+    repo_libs = p.cuda.source == "cuda_repo"
+    if p.driver.source == "cuda_repo":
+        names = r.names(f"driver_{p.driver.kernel_modules}", "driver.version")
+        pins = {n: r.exact(n, p.driver.version, "driver.version") for n in names}
+        for n in r.cat.names("driver_pinning", p.driver.branch, **r.numbers):
+            # The pinning package is versioned by branch (580-1ubuntu1), or by driver version
+            # for nvidia-driver-pinning-<x.y.z>: either way the catalogue's only build of it.
+            pins[n] = r.exact(n, str(p.driver.branch), "driver.branch")
+        out["driver"] = pins
+    if p.fabric_manager.enabled or p.driver.source == "cuda_repo":
+        # Also when the profile leaves it off: the role installs it anyway on a host where it
+        # finds an NVSwitch. Fabric manager means NVSwitch, and DCGM needs nscq there.
+        fm = p.fabric_manager.version or p.driver.version
+        names = r.names("fabric_manager", "fabric_manager.version") + r.names("nscq", "fabric_manager.version")
+        out["fabric_manager"] = {n: r.exact(n, fm, "fabric_manager.version") for n in names}
+    if p.cuda.enabled and repo_libs:
+        pins = {}
+        for tk in p.cuda.toolkits:
+            major, minor = (int(x) for x in tk.split(".")[:2])
+            for n in r.names("cuda_toolkit", "cuda.toolkits", cuda_major=major, cuda_minor=minor):
+                pins[n] = r.exact(n, tk, "cuda.toolkits")
+        out["cuda_toolkit"] = pins
+    toolkit = p.cuda.default
+    if p.cudnn.enabled and repo_libs:
+        component = "cudnn9" if p.cudnn.version.startswith("9.") else "cudnn8"
+        out["cudnn"] = {n: r.for_cuda(n, p.cudnn.version, "cudnn.version", toolkit)
+                        for n in r.names(component, "cudnn.version")}
+    if p.nccl.enabled and repo_libs:
+        out["nccl"] = {n: r.for_cuda(n, p.nccl.version, "nccl.version", toolkit) for n in r.names("nccl", "nccl.version")}
+    if p.tensorrt.enabled and repo_libs:
+        component = f"tensorrt{p.tensorrt.version.split('.')[0]}"
+        out["tensorrt"] = {n: r.for_cuda(n, p.tensorrt.version, "tensorrt.version", toolkit)
+                           for n in r.names(component, "tensorrt.version")}
+    if p.dcgm.enabled:
+        version = p.dcgm.version or _strip_epoch(_newest(r.cat.versions("datacenter-gpu-manager-4-core")))
+        component = "dcgm3" if version.startswith("3.") else "dcgm4"
+        out["dcgm"] = {n: r.exact(n, version, "dcgm.version") for n in r.names(component, "dcgm.version")}
+        ex = p.dcgm.exporter
+        if ex.enabled and not ex.binary:
+            names = r.names("dcgm_exporter", "dcgm.exporter.version")
+            out["dcgm_exporter"] = {n: r.exact(n, ex.version or _strip_epoch(_newest(r.cat.versions(n))),
+                                               "dcgm.exporter.version") for n in names}
+    return out

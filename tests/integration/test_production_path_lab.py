@@ -1,0 +1,212 @@
+"""The path our users take: a stock GPU profile, NVIDIA's CUDA repository, a sudo user.
+
+    sudo .venv/bin/pytest -m lab tests/integration/test_production_path_lab.py -s
+
+A profile that extends the built-in `h100-train` converges two lab hosts as the lab's SSH
+user `provision` (sudo), from the lab's stand-in for NVIDIA's CUDA repository
+(provisioner.lab.cudarepo: NVIDIA's layout, package names, versions, Release fields and a
+signing key made for the test run). The second host starts as most GPU cloud images do:
+NVIDIA's `cuda-keyring` already set the same repository up, with another keyring file and
+its pin-600 file.
+
+What the profile changes from h100-train, and why:
+- hardware: the lab's (no GPU, one small container), with the NVSwitch interconnect kept,
+  so fabric manager and nscq are installed as on an HGX H100;
+- os: debian-12, which is the truth about a lab host. mirrors.cuda_repo_flavour is ubuntu2204,
+  so it takes h100-train's Ubuntu 22.04 package set from the stand-in;
+- mirrors: the stand-in's URL, key URL and key fingerprint, as a site's mirror would be given;
+- python_env: off. Its Miniforge installer and CUDA wheels are not reachable from here; the
+  Molecule python_env scenario covers the role (venv, conda with a stand-in installer,
+  checksum refusals, drift repair);
+- tensorrt: on (8.6.1.6, built for CUDA 12.x), which h100-train does not install, so that
+  the TensorRT role converges against the stand-in too.
+
+What this proves: the apt logic (names and exact versions resolved by render in the
+catalogue; pins by version and by NVIDIA's Origin/Label; holds; the host with a
+pre-existing cuda-keyring source set aside so apt still works), the order (fabric manager,
+nv-hostengine and the exporter are enabled but not started while no driver module is
+loaded), privilege (every change through sudo), a second converge changing nothing, drift
+found and repaired, and check mode on a fresh host. What it cannot prove: NVIDIA's binaries,
+a DKMS build, a kernel module loading, a reboot, a GPU. The packages are empty stand-ins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from provisioner import packages, profiles
+from provisioner.engine import commands
+
+from . import labtools
+from .labtools import podman
+
+pytestmark = pytest.mark.lab
+if os.geteuid() != 0 or shutil.which("podman") is None:
+    pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
+
+KEYRING_SOURCE = "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list"    # what cuda-keyring 1.1-1 writes
+KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+PIN_600 = "/etc/apt/preferences.d/cuda-repository-pin-600"
+
+PROFILE = """\
+extends: h100-train
+name: h100-train-lab
+description: h100-train on a GPU-less Debian lab host, from the stand-in CUDA repository
+os: debian-12
+hardware:
+  gpu:
+    count: 0
+  min_cpu_cores: 1
+  min_ram_gib: 1
+  min_free_disk_gib: 5
+  nvme: false
+  infiniband: false
+python_env:
+  enabled: false
+tensorrt:
+  version: 8.6.1.6
+mirrors:
+  cuda_repo_url: {url}
+  cuda_repo_flavour: ubuntu2204
+  cuda_repo_key_url: {key_url}
+  cuda_repo_key_fingerprint: {fingerprint}
+"""
+
+
+def sh(host: str, script: str, timeout: int = 300):
+    return podman("exec", host, "sh", "-c", script, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def standin():
+    from provisioner.lab import cudarepo
+
+    repo = cudarepo.build()
+    url = cudarepo.serve(repo)
+    try:
+        yield repo, url
+    finally:
+        cudarepo.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(standin, tmp_path_factory):
+    repo, url = standin
+    gateway = url.split("//", 1)[1].split(":", 1)[0]
+    with labtools.lab_hosts(2, "prod", tmp_path_factory) as result:
+        for host in result.hosts:
+            # The lab sends apt through its apt-cacher-ng; the stand-in is on the gateway itself.
+            assert sh(host.name, f"printf 'Acquire::http::Proxy::{gateway} \"DIRECT\";\\n' "
+                                 "> /etc/apt/apt.conf.d/01provisioner-standin-direct").returncode == 0
+        keyring_host = result.hosts[1].name
+        binary = tmp_path_factory.mktemp("keyring") / "cuda-archive-keyring.gpg"   # cuda-keyring ships it dearmored
+        subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(binary), str(repo.dir / f"{repo.key_id}.pub")],
+                       check=True)
+        assert podman("cp", str(binary), f"{keyring_host}:{KEYRING}").returncode == 0
+        setup = sh(keyring_host, f"""set -e
+echo 'deb [signed-by={KEYRING}] {url}{repo.path}/ /' > {KEYRING_SOURCE}
+printf 'Package: *\\nPin: release l=NVIDIA CUDA\\nPin-Priority: 600\\n' > {PIN_600}
+apt-get update 2>&1""")
+        assert setup.returncode == 0 and "Err:" not in setup.stdout, setup.stdout + setup.stderr
+        yield result
+
+
+@pytest.fixture(scope="module")
+def profile_file(standin, tmp_path_factory) -> Path:
+    repo, url = standin
+    path = tmp_path_factory.mktemp("profile") / "h100-train-lab.yml"
+    path.write_text(PROFILE.format(url=url, key_url=f"{url}{repo.key_path}", fingerprint=repo.fingerprint))
+    return path
+
+
+def run(command: str, profile: Path, inventory: Path, runs: Path, **options):
+    return commands.execute(command, commands.prepare(str(profile), inventory), runs_dir=runs, **options)
+
+
+def failures(report) -> list[tuple[str, str, str]]:
+    return [(h.name, c.name, c.detail) for h in report.hosts for c in h.checks if c.status == "fail"]
+
+
+def installed(host: str, names) -> dict[str, str]:
+    out = sh(host, "dpkg-query -W -f '${Package} ${Version}\\n' " + " ".join(names)).stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def test_h100_train_from_the_stand_in_as_a_sudo_user(lab, profile_file, tmp_path):
+    t0 = time.monotonic()
+    plan = packages.plan(profiles.load(str(profile_file)).profile)
+    pins = {name: version for component in plan.values() for name, version in component.items()}
+    assert set(plan) == {"driver", "fabric_manager", "cuda_toolkit", "cudnn", "nccl", "tensorrt", "dcgm", "dcgm_exporter"}
+    assert plan["tensorrt"]["libnvinfer8"] == "8.6.1.6-1+cuda12.0"
+    hosts = [h.name for h in lab.hosts]
+    inventory = lab.inventory
+    assert "ansible_user=provision" in inventory.read_text()        # the sudo user, not root
+
+    # Check mode on fresh hosts: says what it would do, touches nothing, fails nothing.
+    dry = run("check", profile_file, inventory, tmp_path, deep=True)
+    assert {h.status for h in dry.hosts} <= {"drift", "ok"}, failures(dry)
+    assert sh(hosts[0], "test -e /etc/apt/sources.list.d/provisioner-cuda.sources").returncode != 0
+    assert installed(hosts[0], ["nvidia-driver-580"]) == {}
+    print(f"\ncheck --deep on fresh hosts: {time.monotonic() - t0:.0f}s")
+
+    up = run("up", profile_file, inventory, tmp_path)
+    assert up.exit_code == 0, failures(up)
+    print(f"converge: {time.monotonic() - t0:.0f}s; verdict: {up.verdict}")
+    for host in up.hosts:
+        checks = {c.name: c for c in host.checks}
+        assert checks["gpus"].status == "pass" and "no GPU present" in checks["gpus"].detail, host
+
+    for host in hosts:
+        have = installed(host, pins)
+        assert have == pins, (host, have)                               # every pin, exactly
+        held = set(sh(host, "apt-mark showhold").stdout.split())
+        assert set(pins) <= held, (host, set(pins) - held)
+        # apt keeps NVIDIA's other builds at 100, the exact one at 1001.
+        policy = sh(host, "apt-cache policy cuda-drivers-580 libcudnn8").stdout
+        assert "580.95.05-1ubuntu1 1001" in policy and "580.65.06-0ubuntu1 100" in policy, policy
+        # apt is healthy afterwards: one source for the repository, its key only.
+        update = sh(host, "apt-get update 2>&1")
+        assert update.returncode == 0 and "Conflicting values" not in update.stdout, update.stdout
+        # Nothing that needs a loaded module was started; each is enabled for the boot that loads it.
+        for unit in ("nvidia-fabricmanager", "nvidia-dcgm", "dcgm-exporter"):
+            assert sh(host, f"systemctl is-enabled {unit}").stdout.strip() == "enabled", (host, unit)
+            assert sh(host, f"systemctl is-active {unit}").stdout.strip() != "active", (host, unit)
+        # The package's own exporter unit (root, every interface) is masked; ours listens nowhere yet.
+        assert sh(host, "systemctl is-enabled nvidia-dcgm-exporter").stdout.strip() == "masked"
+        assert "--address 127.0.0.1:9400" in sh(host, "cat /etc/systemd/system/dcgm-exporter.service").stdout
+
+    # The cuda-keyring host: its source was set aside (renamed, not deleted), and the record says so.
+    keyring_host = hosts[1]
+    assert sh(keyring_host, f"test -e {KEYRING_SOURCE}").returncode != 0
+    assert sh(keyring_host, f"test -e {KEYRING_SOURCE}.disabled-by-provisioner").returncode == 0
+    fact = json.loads(sh(keyring_host, "cat /etc/ansible/facts.d/cuda_repo.fact").stdout)
+    assert KEYRING_SOURCE in json.dumps(fact), fact
+
+    # A second converge changes nothing.
+    again = run("up", profile_file, inventory, tmp_path, full=True)
+    assert again.exit_code == 0, failures(again)
+    assert [h.changed_tasks for h in again.hosts] == [[], []], "a second converge must change nothing"
+    print(f"second converge: {time.monotonic() - t0:.0f}s")
+
+    assert run("check", profile_file, inventory, tmp_path).exit_code == 0
+
+    # Out of band on the first host: unhold cuDNN and downgrade NCCL's dev package.
+    victim = hosts[0]
+    assert sh(victim, "apt-mark unhold libcudnn8").returncode == 0
+    drift = run("check", profile_file, inventory, tmp_path)
+    assert drift.exit_code == 2
+    by_name = {h.name: h for h in drift.hosts}
+    assert by_name[victim].status == "drift" and "hold removed: libcudnn8" in by_name[victim].changed_tasks
+    assert by_name[hosts[1]].status == "ok"
+    repaired = run("up", profile_file, inventory, tmp_path, limit=victim)
+    assert repaired.exit_code == 0, failures(repaired)
+    assert "libcudnn8" in sh(victim, "apt-mark showhold").stdout.split()
+    assert run("check", profile_file, inventory, tmp_path).exit_code == 0
+    print(f"whole test: {time.monotonic() - t0:.0f}s")

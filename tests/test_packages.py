@@ -1,0 +1,119 @@
+"""What a profile installs from NVIDIA's CUDA repository, resolved in the package catalogue
+of its repository flavour before any host is touched (provisioner/packages.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from provisioner import catalogue, packages, profiles
+from provisioner.errors import ProvisionError
+from provisioner.render import role_vars
+
+
+def _profile(tmp_path: Path, text: str):
+    f = tmp_path / "p.yml"
+    f.write_text("extends: h100-train\nname: p\ndescription: test\n" + text)
+    return profiles.load(str(f))
+
+
+def test_h100_train_resolves_to_exact_repository_versions():
+    plan = packages.plan(profiles.load("h100-train").profile)
+    assert plan == {
+        "driver": {"cuda-drivers-580": "580.95.05-1ubuntu1", "nvidia-driver-580": "580.95.05-1ubuntu1",
+                   "nvidia-driver-pinning-580": "580-1ubuntu1"},
+        "fabric_manager": {"nvidia-fabricmanager": "580.95.05-1", "libnvidia-nscq": "580.95.05-1"},
+        "cuda_toolkit": {"cuda-toolkit-12-2": "12.2.2-1"},
+        "cudnn": {"libcudnn8": "8.9.7.29-1+cuda12.2", "libcudnn8-dev": "8.9.7.29-1+cuda12.2"},
+        "nccl": {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"},
+        # DCGM's -cudaNN follows the driver's CUDA (R580 -> 13), not the 12.2 toolkit.
+        "dcgm": {"datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda13": "1:4.5.2-1"},
+        "dcgm_exporter": {"datacenter-gpu-manager-exporter": "4.6.0-1"},
+    }
+
+
+def test_render_hands_the_roles_the_plan():
+    v = role_vars(profiles.load("h100-train"))
+    assert v["nvidia_driver_repo_pins"]["nvidia-driver-580"] == "580.95.05-1ubuntu1"
+    assert v["fabric_manager_pins"] == {"nvidia-fabricmanager": "580.95.05-1", "libnvidia-nscq": "580.95.05-1"}
+    assert v["cudnn_pins"]["libcudnn8"] == "8.9.7.29-1+cuda12.2" and v["cuda_toolkit_pins"] == {"cuda-toolkit-12-2": "12.2.2-1"}
+    assert v["dcgm_exporter_package_pins"] == {"datacenter-gpu-manager-exporter": "4.6.0-1"}
+    assert v["cuda_repo_enabled"] is True and v["cuda_repo_flavour"] == "ubuntu2204"
+
+
+def test_tensorrt_renders_its_real_three_part_version():
+    v = role_vars(profiles.load("l40s-infer"))
+    assert v["tensorrt_pins"] == dict.fromkeys(("libnvinfer8", "libnvinfer-plugin8", "libnvparsers8", "libnvonnxparsers8"), "8.5.3-1+cuda11.8")
+    # l40s-infer: CUDA 11.8 toolkit on R580, so DCGM is the -cuda13 build all the same.
+    assert "datacenter-gpu-manager-4-cuda13" in v["dcgm_exporter_dcgm_pins"]
+
+
+def test_a_version_the_flavour_lacks_is_refused_naming_the_field_and_what_it_has(tmp_path):
+    with pytest.raises(ProvisionError) as err:
+        _profile(tmp_path, "driver:\n  version: 580.82.07\n")
+    msg = str(err.value)
+    assert "driver.version" in msg and "580.82.07" in msg and "580.95.05-1ubuntu1" in msg and "p.yml" in msg
+
+
+def test_a_library_build_for_another_cuda_major_is_refused(tmp_path):
+    with pytest.raises(ProvisionError) as err:
+        _profile(tmp_path, "nccl:\n  version: 2.25.1\n")       # the repository has only +cuda12.8; the toolkit is 12.2
+    assert "nccl.version" in str(err.value) and "no build for CUDA 12.2" in str(err.value)
+
+
+def test_an_os_without_a_flavour_is_refused_and_the_flavour_can_be_chosen(tmp_path):
+    with pytest.raises(ProvisionError) as err:
+        _profile(tmp_path, "os: debian-12\n")
+    assert "'debian12'" in str(err.value) and "mirrors.cuda_repo_flavour" in err.value.fix
+    # A Debian host taking the ubuntu2204 flavour (the lab does, against the stand-in).
+    loaded = _profile(tmp_path, "os: debian-12\nmirrors:\n  cuda_repo_flavour: ubuntu2204\n")
+    assert packages.plan(loaded.profile)["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu1"
+    assert role_vars(loaded)["cuda_repo_flavour"] == "ubuntu2204"
+
+
+def test_naming_follows_the_branch():
+    cat = catalogue.load("ubuntu2204")
+    assert cat.names("driver_proprietary", 580) == ["cuda-drivers-580", "nvidia-driver-580"]
+    # R590+: branch-less names, locked by the pinning package (NVIDIA Driver Installation Guide).
+    assert cat.names("driver_proprietary", 595) == ["cuda-drivers", "nvidia-driver"]
+    assert cat.names("driver_open", 595) == ["nvidia-open"]
+    assert cat.names("driver_pinning", 595) == ["nvidia-driver-pinning-595"] and cat.names("driver_pinning", 570) == []
+    # Fabric manager and nscq lost the branch suffix at 580 in NVIDIA's repository.
+    assert cat.names("fabric_manager", 570) == ["nvidia-fabricmanager-570"]
+    assert cat.names("fabric_manager", 580) == ["nvidia-fabricmanager"]
+    assert cat.names("nscq", 570) == ["libnvidia-nscq-570"]
+
+
+def test_a_naming_rule_may_only_name_known_numbers(tmp_path):
+    data = (catalogue.CATALOGUE_DIR / "ubuntu2204.yml").read_text()
+    bad = tmp_path / "bad.yml"
+    bad.write_text(data.replace('"nvidia-driver-{branch}-open"', '"nvidia-driver-{profile.name}"'))
+    with pytest.raises(ProvisionError) as err:
+        catalogue.load(path=bad)
+    assert "only branch, cuda_major, cuda_minor, driver_cuda_major" in str(err.value)
+
+
+@pytest.mark.parametrize("name", profiles.builtin_names())
+def test_every_builtin_resolves_inside_its_flavours_catalogue(name):
+    p = profiles.load(name).profile
+    plan = packages.plan(p)
+    if not packages.uses_cuda_repo(p):
+        assert plan == {}
+        return
+    cat = packages.load_catalogue(p)
+    for pins in plan.values():
+        for package, version in pins.items():
+            assert version in cat.versions(package), (package, version)
+
+
+def test_conda_needs_its_checksummed_installer(tmp_path):
+    with pytest.raises(ProvisionError) as err:
+        _profile(tmp_path, "python_env:\n  conda_installer: null\n")
+    assert "python_env.conda_installer" in str(err.value) and "sha256" in str(err.value)
+
+
+def test_an_exporter_binary_needs_its_sha256(tmp_path):
+    with pytest.raises(ProvisionError) as err:
+        _profile(tmp_path, "dcgm:\n  exporter:\n    binary: https://mirror.example/dcgm-exporter\n")
+    assert "binary_sha256" in str(err.value)
