@@ -7,7 +7,8 @@ dbus-daemon 1), all owned by root, against `fs.inotify.max_user_instances`, 128 
 default: about 20 hosts, minus what the machine itself uses. A host that cannot get one
 never finishes booting (systemd stays "initializing", its `systemd-ask-password-*.path`
 units fail). Its memory is about 20 MiB once booted (the container's cgroup, page cache
-included; a host with packages installed holds more cache). Everything here reads /proc
+included; a host with packages installed holds more cache). 100 hosts took 492 more
+instances, 1080 more watches and 1.9 GiB of MemAvailable. Everything here reads /proc
 only: nothing is changed (scripts/setup-dev-host raises the limits)."""
 
 from __future__ import annotations
