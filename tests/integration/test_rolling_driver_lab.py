@@ -22,7 +22,7 @@ import pytest
 
 from . import labtools
 from .labtools import podman
-from .test_production_path_lab import PROFILE, installed, sh, standin  # noqa: F401 - standin is a fixture
+from .test_production_path_lab import PROFILE, direct_to_standin, installed, standin  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.lab, pytest.mark.skip(reason=(
     "measured 2026-12-01: the first converge of h100-train-lab at 580.65.06 succeeds on lab hosts (12 min on a "
@@ -37,12 +37,8 @@ DRIVER = "nvidia-driver-580"
 
 @pytest.fixture(scope="module")
 def lab(standin, tmp_path_factory):  # noqa: F811 - the fixture imported above
-    repo, url = standin
-    gateway = url.split("//", 1)[1].split(":", 1)[0]
     with labtools.lab_hosts(2, "rolldrv", tmp_path_factory) as result:
-        for host in result.hosts:
-            assert sh(host.name, f"printf 'Acquire::http::Proxy::{gateway} \"DIRECT\";\\n' "
-                                 "> /etc/apt/apt.conf.d/01provisioner-standin-direct").returncode == 0
+        direct_to_standin(result.hosts, standin[1])
         yield result
 
 
