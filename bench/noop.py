@@ -104,10 +104,15 @@ def main() -> None:
                 print(f"{n} hosts no-op / 1 host no-op: up {statistics.median(times['up']) / one:.2f}x, up --full "
                       f"{statistics.median(times['full']) / statistics.median(results[1][0]['full']):.2f}x")
     for n, (_, tasks) in results.items():
-        total = sum(tasks.values())
-        print(f"\nslowest converge tasks of the last no-op up --full, {n} host(s) (s summed over hosts; all tasks {total:.0f} s):")
-        for task, seconds in tasks.most_common(6):
-            print(f"  {seconds:7.1f}  {seconds / total:4.0%}  {task[:90]}")
+        print_tasks(f"slowest converge tasks of the last no-op up --full, {n} host(s)", tasks, 6)
+
+
+def print_tasks(title: str, tasks: collections.Counter, top: int) -> None:
+    """The `top` slowest tasks, with their share of all task seconds (summed over hosts)."""
+    total = sum(tasks.values()) or 1.0
+    print(f"\n{title} (s summed over hosts; all tasks {total:.0f} s):")
+    for task, seconds in tasks.most_common(top):
+        print(f"  {seconds:7.1f}  {seconds / total:4.0%}  {task[:90]}")
 
 
 if __name__ == "__main__":

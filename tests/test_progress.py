@@ -22,10 +22,10 @@ def _events(hosts: int):
 
 def test_fifty_hosts_fit_a_terminal_with_totals_and_the_failing_hosts_first():
     console = Console(file=io.StringIO(), force_terminal=True, width=140, height=30)
-    progress = Progress(console)
+    progress = Progress(Console(file=io.StringIO()))  # its own plain lines go elsewhere
     for event in _events(50):
         progress(event)
-    console.print(progress._table())
+    console.print(progress._table(), height=30)
     lines = console.file.getvalue().splitlines()
     assert len(lines) <= 30
     text = "\n".join(lines)
@@ -35,9 +35,18 @@ def test_fifty_hosts_fit_a_terminal_with_totals_and_the_failing_hosts_first():
     assert "more" in text
 
 
-def test_not_a_terminal_prints_only_failures():
+def test_not_a_terminal_prints_steps_failures_and_host_outcomes_as_they_happen():
     out = io.StringIO()
-    with Progress(Console(file=out, force_terminal=False)) as progress:
+    with Progress(Console(file=out, force_terminal=False), heartbeat=0) as progress:
         for event in _events(5):
             progress(event)
-    assert out.getvalue().splitlines() == ["gpu47: FAILED: Install", "gpu49: UNREACHABLE"]
+        progress({"event": "playbook_on_stats", "event_data": {"ok": {"gpu00": 3, "gpu01": 2}, "changed": {"gpu00": 1},
+                                                               "failures": {"gpu47": 1}, "dark": {"gpu49": 1}}})
+        progress({"event": "provision_hook", "event_data": {"host": "gpu01", "hook": "gate", "rc": 3,
+                                                            "detail": "exit 3 after 0.1 s, output in hooks/x.log"}})
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert all(line.startswith("[0m0") for line in out.getvalue().splitlines())  # elapsed time first
+    assert lines == ["step: Converge GPU hosts to the profile.", "gpu47: FAILED: Install", "gpu49: UNREACHABLE",
+                     "gpu00: step done, changed (ok=3 changed=1)", "gpu01: step done (ok=2 changed=0)",
+                     "gpu47: step FAILED (ok=0 changed=0)", "gpu49: UNREACHABLE (ok=0 changed=0)",
+                     "gpu01: gate FAILED (exit 3 after 0.1 s, output in hooks/x.log)"]

@@ -11,7 +11,7 @@ import typer
 
 from provisioner.cli.app import app, friendly, session
 from provisioner.cli.hosts import show
-from provisioner.cli.options import Force, InventoryArg, Json, Junit, Profile
+from provisioner.cli.options import Force, InventoryArg, Json, Junit, Profile, Verbose
 
 
 @app.command()
@@ -50,6 +50,7 @@ def report_command(
     junit: Junit = None,
     as_json: Json = False,
     force: Force = False,
+    verbose: Verbose = False,
 ) -> None:
     """Show a past run's report again (from its report.json); --html writes it as a web page."""
     from provisioner.reports import report
@@ -59,7 +60,7 @@ def report_command(
     for flag, path in (("--html", html), ("--junit", junit)):
         if path is not None:
             check_file(path, force=force, what=flag)
-    show(session(ctx), report.load(run_dir), as_json, junit, html, force=force)
+    show(session(ctx), report.load(run_dir), as_json, junit, html, force=force, verbose=verbose)
 
 
 @app.command()

@@ -31,7 +31,7 @@ def _lab():
 @friendly
 def lab_up(
     ctx: typer.Context,
-    hosts: Annotated[int, typer.Option("--hosts", "-n", min=1, max=64, help="How many hosts.")] = 3,
+    hosts: Annotated[int, typer.Option("--hosts", "-n", min=1, help="How many hosts (lab.hosts.MAX_HOSTS at most).")] = 3,
     prefix: Prefix = "lab",
     workdir: Workdir = Path("lab"),
     apt_cache: Annotated[bool, typer.Option(help="Share one apt cache between the hosts.")] = True,

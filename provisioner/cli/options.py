@@ -29,6 +29,8 @@ MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the 
                                                 "of a batch failed (default: never).")]
 Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write the report as JUnit XML to this file "
                                                "(one testcase per host per check, for CI).")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show every host and every check (default: a "
+                                       "summary line and one line per host that is not ok).")]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Folder to write into.")]
 AskBecomePass = Annotated[bool, typer.Option("--ask-become-pass", "-K", help="Ask for the password the plays' "
                                              "become (sudo) needs; it is kept in memory only.")]
@@ -54,18 +56,19 @@ class Fleet:
     junit: Path | None = None
     force: bool = False
     become: Become = field(default_factory=Become)
+    verbose: bool = False
 
     @classmethod
     def of(cls, limit: str | None, forks: int | None, as_json: bool, runs_dir: Path, batch: str | None,
            max_fail: str | None, junit: Path | None, force: bool = False, *, ask_become_pass: bool = False,
-           become_password_file: Path | None = None, become_method: str = "sudo") -> Fleet:
+           become_password_file: Path | None = None, become_method: str = "sudo", verbose: bool = False) -> Fleet:
         if junit is not None:  # refused before any host is touched, not after the run
             from provisioner.outputs import check_file
 
             check_file(junit, force=force, what="--junit")
         become = parse_become(ask_become_pass, become_password_file, become_method)
         return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit, force,
-                   become)
+                   become, verbose)
 
 
 def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:

@@ -26,7 +26,7 @@ from provisioner.judge import verify as verify_mod
 from provisioner.judge.checks import failed, passed
 from provisioner.render import render
 from provisioner.reports.report import HostReport, Report
-from provisioner.engine import drift
+from provisioner.engine import drift, rolling
 from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
 
 Command = Literal["preflight", "up", "check", "verify"]
@@ -167,6 +167,8 @@ def execute(
     become: Become | None = None,
     network: bool = False,
     ddp: bool = False,
+    hooks: rolling.Hooks | None = None,
+    resume_command: str = "",
 ) -> Report:
     """Run `command`'s playbooks in order; a host that fails a step is left out of the next.
 
@@ -179,7 +181,15 @@ def execute(
     (default: never, so one bad host never stops the others). become: how the plays gain
     root (method, and the password file or typed password); default sudo with no password.
     network / ddp (verify): then iperf3 between host pairs / a DDP job across the hosts
-    (engine/network.py, engine/ddp.py), on the hosts that were reachable."""
+    (engine/network.py, engine/ddp.py), on the hosts that were reachable.
+
+    hooks (up, with batch): a rolling change (engine/rolling.py): after preflight, the
+    controller walks the batches itself (drain, converge, verify, gate, undrain per batch)
+    and stops at the first failed one unless max_fail allows more; resume_command is the
+    command a stopped rollout prints to be resumed."""
+    if hooks and (command != "up" or not batch):
+        raise ProvisionError("--drain, --undrain and --gate need `provision up` with --batch", where="--batch",
+                             fix="add --batch 1 (one host at a time) or --batch 10%")
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
     try:
@@ -190,19 +200,23 @@ def execute(
             for host in target.inventory.hostnames():  # a bad address is refused before any host is touched
                 test_address(target.inventory, host)
             steps += ("network",) * network + ("ddp",) * ddp
-        return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full, become)
+        return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full, become,
+                        hooks or None, resume_command)
     finally:
         os.umask(old_umask)
 
 
 def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir: Path, limit: str | None,
              forks: int | None, batch: str | None, max_fail: int | None, hook: EventHook | None,
-             full: bool, become: Become | None) -> Report:
+             full: bool, become: Become | None, hooks: rolling.Hooks | None = None,
+             resume_command: str = "") -> Report:
     loaded = target.loaded
     extravars: dict[str, object] = {}
-    if batch:
+    # A rollout (hooks): the controller walks the batches, so no serial and no
+    # max_fail_percentage inside the plays.
+    if batch and not hooks:
         extravars["provisioner_serial"] = batch
-    if max_fail is not None:
+    if max_fail is not None and not hooks:
         extravars["provisioner_max_fail_percentage"] = max_fail
     run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
     inventory_dir = run_dir / "inventory"
@@ -219,6 +233,13 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
         in_sync: set[str] = set()
         for step in steps:
             step_limit = limit if step == steps[0] else _healthy(report, limit)
+            if hooks and step == "site":  # every healthy host rolls, even one whose converge is skipped
+                if step_limit:
+                    _roll(report, target, step_limit, in_sync, batch or "1", max_fail, hooks, resume_command,
+                          lambda playbook, hosts, ident: run_playbook(
+                              playbook, inventory_dir, run_dir, limit=",".join(hosts), forks=forks,
+                              extravars=extravars, hook=hook, become=become, ident=ident), hook)
+                break  # the rollout verified each batch itself
             if step == "site" and in_sync:  # after preflight, so step_limit names the healthy hosts
                 step_limit = ",".join(h for h in (step_limit or "").split(",") if h and h not in in_sync)
             if step in ("network", "ddp"):  # across hosts: every host still reachable takes part
@@ -246,6 +267,26 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
         report.finished = _now()
         report.write()
         _owner_only(run_dir)
+
+
+def _roll(report: Report, target: Target, healthy: str, in_sync: set[str], batch: str, max_fail: int | None,
+          hooks: rolling.Hooks, resume_command: str, play, hook: EventHook | None) -> None:
+    """The converge and verify steps of a rolling `up`, one batch at a time, in the
+    inventory's order."""
+    wanted = set(healthy.split(","))
+    hosts = [h for h in target.inventory.hosts if h in wanted]
+
+    def step(name: str):
+        def run(names: list[str], number: int) -> None:
+            result = play(name, names, f"{name}-batch{number}")
+            _fold(report, name, result, target)
+            if result.status in ("canceled", "timeout"):
+                raise KeyboardInterrupt  # the record stays "interrupted", with the rollout so far
+            report.write()
+        return run
+
+    rolling.roll(report, hosts, batch, hooks, max_fail, converge=step("site"), verify=step("verify"),
+                 skip_converge=in_sync, emit=hook, resume_command=resume_command)
 
 
 def _skip_converged(report: Report, run: PlaybookRun, target: Target) -> set[str]:

@@ -1,8 +1,15 @@
-"""Live progress from the runner's events: a per-host table on a terminal, and on a
-non-terminal (CI logs) one plain line per failure as it happens and nothing else."""
+"""Live progress from the runner's events.
+
+On a terminal: a per-host table, redrawn in place. On a non-terminal (CI logs, cron mail):
+plain lines as things happen, so a log shows progress while the run goes, not only at the
+end: one line when a step (play) starts, one per failure or unreachable host at once, one
+per host when a step ends (its outcome in that step), one per rollout hook, and a
+heartbeat line every `heartbeat` seconds while work goes on (a parameter, so a test can
+use a short one)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -11,22 +18,33 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+HEARTBEAT_SECONDS = 30.0
+
 
 class Progress:
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_SECONDS):
         self.console = console
+        self.heartbeat = heartbeat
         self.started = time.monotonic()
         self.rows: dict[str, dict[str, Any]] = {}
         self.play = ""
         self.live: Live | None = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
 
     def __enter__(self) -> Progress:
         if self.console.is_terminal:
             self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=True)
             self.live.__enter__()
+        elif self.heartbeat > 0:
+            self._beat = threading.Thread(target=self._heartbeat, name="provision-heartbeat", daemon=True)
+            self._beat.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._beat:
+            self._beat.join(timeout=5)
         if self.live:
             self.live.__exit__(*exc)
 
@@ -38,7 +56,8 @@ class Progress:
         data = event.get("event_data", {})
         host = data.get("host")
         if kind == "playbook_on_play_start":
-            self.play = data.get("play", "")
+            self.play = (data.get("play") or data.get("name") or "").strip()
+            self._plain(f"step: {self.play}")
         elif kind == "runner_on_start" and host:
             task = (data.get("task") or "").strip()
             self._row(host)["task"] = f"{data['role']}: {task}" if data.get("role") else task
@@ -51,12 +70,45 @@ class Progress:
         elif kind == "runner_on_unreachable" and host:
             self._row(host)["unreachable"] = True
             self._plain(f"{host}: UNREACHABLE")
+        elif kind == "playbook_on_stats":
+            self._step_outcomes(data)
+        elif kind == "provision_hook" and host:  # engine/rolling.py: a drain, gate or undrain command ran
+            ok = data.get("rc") == 0
+            self._plain(f"{host}: {data.get('hook')} {'ok' if ok else 'FAILED'} ({data.get('detail', '')})")
+            if not ok:
+                self._row(host)["failed"] += 1
         if self.live:
             self.live.update(self._table())
 
+    def _step_outcomes(self, stats: dict[str, Any]) -> None:
+        """One line per host as a step ends: how its tasks went in it (the verdict on the
+        host, from its checks, comes in the summary at the end)."""
+        names = sorted({h for key in ("ok", "changed", "failures", "dark", "skipped") for h in stats.get(key) or {}})
+        for name in names:
+            if name in (stats.get("dark") or {}):
+                outcome = "UNREACHABLE"
+            elif (stats.get("failures") or {}).get(name):
+                outcome = "step FAILED"
+            else:
+                outcome = "step done, changed" if (stats.get("changed") or {}).get(name) else "step done"
+            self._plain(f"{name}: {outcome} (ok={(stats.get('ok') or {}).get(name, 0)} "
+                        f"changed={(stats.get('changed') or {}).get(name, 0)})")
+
+    def _elapsed(self) -> str:
+        seconds = int(time.monotonic() - self.started)
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+
     def _plain(self, line: str) -> None:
         if not self.live:
-            self.console.print(line, highlight=False, markup=False)
+            self.console.print(f"[{self._elapsed()}] {line}", highlight=False, markup=False, soft_wrap=True)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            rows = list(self.rows.values())
+            failed = sum(1 for r in rows if r["failed"])
+            unreachable = sum(1 for r in rows if r["unreachable"])
+            self._plain(f"still working: {self.play or 'starting'}; {len(rows)} host(s) seen, {failed} failed, "
+                        f"{unreachable} unreachable")
 
     def _table(self) -> Table:
         """Totals in the title; one row per host, hosts in trouble first, cut to the screen

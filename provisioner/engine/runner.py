@@ -179,7 +179,10 @@ def run_playbook(
     extravars: dict[str, Any] | None = None,
     hook: EventHook | None = None,
     become: Become | None = None,
+    ident: str | None = None,
 ) -> PlaybookRun:
+    """ident: the run's folder under artifacts/ (default: the playbook's name; a rollout
+    runs each playbook once per batch, each in its own folder)."""
     import shlex
 
     import ansible_runner  # heavy; only commands that talk to hosts pay for it
@@ -189,7 +192,7 @@ def run_playbook(
     cmdline = shlex.join((["--check", "--diff"] if check else []) + become.cmdline())
     runner = ansible_runner.run(
         private_data_dir=str(record_dir),
-        ident=name,
+        ident=ident or name,
         playbook=str(paths.playbook(name)),
         inventory=str(inventory_dir / "hosts.yml"),
         envvars={
@@ -210,7 +213,7 @@ def run_playbook(
         quiet=True,
         suppress_env_files=True,
     )
-    artifacts = record_dir / "artifacts" / name
+    artifacts = record_dir / "artifacts" / (ident or name)
     errors = []
     if runner.status != "successful" and not any(h.failures for h in reader.hosts.values()):
         # No host carries the failure: Ansible itself stopped (syntax error, bad limit, ...).

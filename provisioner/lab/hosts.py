@@ -13,12 +13,13 @@ import re
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from provisioner.errors import ProvisionError
-from provisioner.lab import aptcache, podman
+from provisioner.lab import aptcache, limits, podman
 from provisioner.lab import image as lab_image
 from provisioner.lab.podman import LABEL, LABEL_WORKDIR, NETWORK, SETUP_FIX
 
@@ -26,7 +27,15 @@ Progress = Callable[[str], None]
 
 GROUP = "lab"
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-MAX_HOSTS = 64
+# A guard against a typo, not a measured limit: 100 hosts run on a 2-core, 24 GiB machine
+# once the kernel limits are raised (lab/limits.py). One Linux bridge takes 1024 ports.
+MAX_HOSTS = 500
+# Booting shares one deadline: a base, plus time per host (systemd, then sshd, on every host
+# at once; measured about 1-2 s of boot per host on 2 busy cores).
+BOOT_BASE_SECONDS, BOOT_SECONDS_PER_HOST = 120.0, 4.0
+# Containers started at once: podman's own locking serialises much of `podman run`, and
+# more in flight only adds contention on 2 cores.
+START_WORKERS = 8
 KEY_NAME = "id_ed25519"
 INVENTORY_NAME = "hosts.ini"
 KNOWN_HOSTS_NAME = "known_hosts"
@@ -114,7 +123,7 @@ def up(
     image: str | None = None,
     apt_cache: bool = True,
     extra_ca_certs: Sequence[Path] | None = None,
-    timeout: float = 180,
+    timeout: float | None = None,
     progress: Progress | None = None,
 ) -> LabResult:
     """Start (or complete) a lab of `hosts` containers named `<prefix>-1..N`.
@@ -124,6 +133,11 @@ def up(
     (`extra_ca_certs`: CA files to trust inside; default: this machine's extra ones).
     Returns when every host's systemd says running/degraded and SSH with the lab key
     works against the host keys recorded in `<workdir>/known_hosts`.
+
+    timeout: seconds for booting and SSH (default BOOT_BASE_SECONDS + BOOT_SECONDS_PER_HOST
+    per host). Before starting anything, the kernel limits the new hosts would exceed (inotify,
+    memory: lab/limits.py) are refused with the fix; a boot that still does not finish names
+    the limit that is exhausted, if one is.
     """
     t0 = time.monotonic()
     _check_prefix(prefix)
@@ -138,11 +152,18 @@ def up(
     key = _ensure_key(workdir, prefix, progress)
 
     wanted = [f"{prefix}-{i}" for i in range(1, hosts + 1)]
+    timeout = timeout if timeout is not None else BOOT_BASE_SECONDS + BOOT_SECONDS_PER_HOST * hosts
+    running = {c["Names"][0] for c in podman.lab_containers(prefix) if c["State"] == "running"}
+    short = limits.shortfalls(len([n for n in wanted if n not in running]))
+    if short:
+        raise ProvisionError(f"this machine cannot boot {hosts} lab host(s): " + "; ".join(short), where="--hosts",
+                             fix="raise the limits (sudo scripts/setup-dev-host), or ask for fewer hosts")
     deadline = time.monotonic() + timeout
     containers = _start_containers(wanted, prefix, workdir, image, progress)
     sysstate = _wait_for_systemd(wanted, deadline, timeout, progress)
     proxy = aptcache.start(podman.network_gateway(), progress) if apt_cache else None
-    host_keys = {name: _give_access(name, proxy, key) for name in wanted}
+    with ThreadPoolExecutor(START_WORKERS) as pool:
+        host_keys = dict(zip(wanted, pool.map(lambda name: _give_access(name, proxy, key), wanted)))
     ips = _addresses(wanted)
     inventory, known_hosts, ssh_args = _write_inventory(workdir, prefix, wanted, ips, host_keys, key)
     _write_atomic(workdir / STATE_NAME, json.dumps({"prefix": prefix, "hosts": wanted, "image": image,
@@ -182,21 +203,31 @@ def _start_containers(wanted: list[str], prefix: str, workdir: Path, image: str,
     if extras:
         podman.run("rm", "-f", "-t", "5", *extras)
         result.removed += extras
+    new = []
     for name in wanted:
         c = existing.get(name)
         if c:
             result.reused.append(name)
-            if c["State"] != "running":
-                podman.run("start", name)
             continue
         if podman.run("container", "exists", name, check=False).returncode == 0:
             raise ProvisionError(f"a container named {name!r} exists and is not part of lab {prefix!r}",
                                  where="podman", fix=f"choose another --prefix, or remove it: podman rm -f {name}")
-        _say(progress, f"starting {name}")
+        new.append(name)
+
+    def start(name: str) -> None:
+        if name in existing:
+            if existing[name]["State"] != "running":
+                podman.run("start", name)
+            return
         podman.run("run", "-d", "--name", name, "--hostname", name,
                    "--label", f"{LABEL}={prefix}", "--label", f"{LABEL_WORKDIR}={workdir}",
                    "--network", NETWORK, "--systemd=always", image, "/sbin/init")
-        result.created.append(name)
+
+    if new:
+        _say(progress, f"starting {len(new)} host(s): {new[0]} .. {new[-1]}" if len(new) > 1 else f"starting {new[0]}")
+    with ThreadPoolExecutor(START_WORKERS) as pool:
+        list(pool.map(start, wanted))  # in parallel; the first error is raised here
+    result.created += new
     return result
 
 
@@ -212,8 +243,11 @@ def _wait_for_systemd(wanted: list[str], deadline: float, timeout: float, progre
                 pending.remove(name)
         if pending:
             if time.monotonic() > deadline:
-                raise ProvisionError(f"systemd did not finish booting on {', '.join(pending)} within {timeout:.0f} s",
-                                     where=pending[0], fix=f"look inside: podman exec -it {pending[0]} systemctl --failed")
+                exhausted = limits.shortfalls(1)  # not even one more host fits: that limit stopped it
+                cause = f" ({'; '.join(exhausted)})" if exhausted else " (no kernel limit found exhausted)"
+                raise ProvisionError(f"systemd did not finish booting on {', '.join(pending)} within {timeout:.0f} s"
+                                     + cause, where=pending[0],
+                                     fix=f"look inside: podman exec -it {pending[0]} systemctl --failed")
             time.sleep(0.3)
     return sysstate
 

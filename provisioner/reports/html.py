@@ -49,6 +49,8 @@ def _host_view(h: dict[str, Any]) -> dict[str, Any]:
     status = str(h.get("status", "?"))
     bad = status in ("failed", "unreachable") or counts["fail"]
     warn = status in ("drift", "changed", "not-verified")
+    if counts["fail"] and status in ("ok", "changed"):
+        status = "failed"  # every task ran, but a check failed: never shown as ok
     return {
         "name": str(h.get("name", "?")), "status": status, "status_class": _css_class(status, _STATUSES),
         "tone": "bad" if bad else "warn" if warn else "good",

@@ -7,8 +7,8 @@ host, name = the check's name), so a CI page shows which host failed which check
 - a failed or unreachable host: <failure> carrying the host's failure messages;
 - drift (`check`): <failure> listing the changed tasks (and their diffs in the body);
 - a check that failed: <failure message=detail>; skipped: <skipped message=detail/>;
-- errors not tied to a host, or an interrupted run: one <error> testcase of classname
-  "provision".
+- errors not tied to a host, an interrupted run, or a rollout that stopped before its
+  last batch: one <error> testcase of classname "provision".
 
 Same report, same bytes: no wall-clock time is written except the report's own start.
 """
@@ -59,6 +59,8 @@ def _status_case(suite: ET.Element, command: str, host: HostReport) -> None:
         if diffs:
             body += "\n\n" + "\n".join(diffs)
         _outcome(case, "failure", f"drift: {len(tasks)} task(s) would change: {', '.join(tasks)}", body, type_="drift")
+    elif host.status == "not-verified":  # a stopped rollout never reached it
+        _outcome(case, "skipped", "; ".join(host.problems()) or "not verified")
     else:
         summary = f"{host.status}"
         if host.changed_tasks:
@@ -92,6 +94,9 @@ def to_xml(report: Report) -> ET.Element:
     if report.interrupted:
         _outcome(_case(suite, SUITE_CLASS, "run finished"), "error",
                  f"the {report.command} run was stopped before it finished", type_="interrupted")
+    if report.stopped:
+        _outcome(_case(suite, SUITE_CLASS, "rollout finished"), "error", report.verdict,
+                 "\n".join(report.rollout_lines()), type_="rollout-stopped")
     for n, error in enumerate(report.errors, 1):
         _outcome(_case(suite, SUITE_CLASS, f"ansible error {n}"), "error", error, error, type_="ansible")
 

@@ -5,9 +5,14 @@ JSON shape (stable; new keys may be added, none removed or renamed):
   "command": "up", "profile": "h100-train", "profile_sha256": "...",
   "run_dir": "/abs/path", "started": "ISO-8601 UTC", "finished": "...",
   "interrupted": false, "exit_code": 0, "verdict": "one line for the fleet",
-  "errors": ["failures not tied to a host"], "retry": "the command that re-runs only failed hosts, or null",
+  "errors": ["failures not tied to a host"], "retry": "the command that re-runs only the hosts that are not ok, or null",
   "inventory": "the inventory path as given",
+  "rollout": null, or for a rolling up: {"batch": "1", "batches": [["n1"], ["n2"]], "done": [...], "failed": [...],
+              "untouched": [...], "stopped_at": 2 or null, "resume_command": "provision up ... (without --limit)",
+              "hooks": {"drain": "CMD", "undrain": "CMD", "gate": "CMD"}, "hook_timeout": 600},
+  "summary": {"hosts": 30, "ok": 27, "changed": 3, "drifted": 0, "failed": 2, "unreachable": 1},
   "hosts": [{"name": "node1", "status": "ok|changed|drift|failed|unreachable|not-verified",
+             "outcome": "ok|drifted|failed|unreachable|not-verified",
              "changed_tasks": [...], "diffs": {"task": "unified diff or message"}, "failures": [...],
              "checks": [{"name": "...", "status": "pass|fail|skip", "detail": "..."}]}]
 }
@@ -46,10 +51,33 @@ class HostReport:
     @property
     def falls_short(self) -> bool:
         """The host was reached but differs from the profile: drift or a failed check."""
-        return self.status == "drift" or any(c.status == "fail" for c in self.checks)
+        return self.status in ("drift", "not-verified") or any(c.status == "fail" for c in self.checks)
+
+    @property
+    def outcome(self) -> str:
+        """What a person needs to know first: ok, drifted, failed or unreachable. A host with
+        any failed check is failed, whatever Ansible said about its tasks (a host that ran
+        every task but failed verification is never shown as ok)."""
+        if self.status == "unreachable":
+            return "unreachable"
+        if self.status == "failed" or any(c.status == "fail" for c in self.checks):
+            return "failed"
+        if self.status == "not-verified":  # a rollout stopped before this host's batch
+            return "not-verified"
+        return "drifted" if self.status == "drift" else "ok"
+
+    def problems(self) -> list[str]:
+        """What is wrong with this host, most telling first: task failures, failed checks, drift."""
+        drift = [f"{t}: {self.diffs[t]}" if self.diffs.get(t) else t for t in self.changed_tasks] \
+            if self.status == "drift" else []
+        untouched = ([c.detail for c in self.checks if c.status == "skip" and c.name == "rollout"]
+                     if self.status == "not-verified" else [])
+        return ([*self.failures, *(f"{c.name}: {c.detail}" for c in self.checks if c.status == "fail"), *drift,
+                 *untouched]
+                or ([f"status {self.status}"] if self.outcome != "ok" else []))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "changed_tasks": self.changed_tasks,
+        return {"name": self.name, "status": self.status, "outcome": self.outcome, "changed_tasks": self.changed_tasks,
                 "diffs": self.diffs, "failures": self.failures, "checks": [c.as_dict() for c in self.checks]}
 
 
@@ -65,10 +93,18 @@ class Report:
     interrupted: bool = False
     hosts: list[HostReport] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # A rolling `up` (--drain/--undrain/--gate): its batches, the hosts done, failed and
+    # untouched, where it stopped (engine/rolling.py writes it; None for other runs).
+    rollout: dict[str, Any] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.rollout and self.rollout.get("stopped_at"))
 
     @property
     def exit_code(self) -> int:
-        if self.errors or self.interrupted or any(h.broken for h in self.hosts):
+        # A stopped rollout did not finish its job (hosts left drained or untouched): 1, like an interrupted run.
+        if self.errors or self.interrupted or self.stopped or any(h.broken for h in self.hosts):
             return EXIT_ERROR
         if any(h.falls_short for h in self.hosts):
             return EXIT_FAILED_CHECKS
@@ -81,6 +117,10 @@ class Report:
         failing = [h.name for h in self.hosts if h.falls_short]
         if self.interrupted:
             return f"interrupted: the {self.command} run was stopped before it finished"
+        if self.stopped:
+            r = self.rollout or {}
+            return (f"rollout stopped at batch {r['stopped_at']} of {len(r.get('batches', []))}: "
+                    f"failed {', '.join(r.get('failed', [])) or '-'}; untouched {', '.join(r.get('untouched', [])) or '-'}")
         if self.errors:
             return f"error: Ansible stopped before reaching the hosts ({len(self.errors)} message(s) above)"
         if bad:
@@ -91,9 +131,36 @@ class Report:
         done = {"check": "match", "preflight": "are ready for", "verify": "verified against"}.get(self.command, "converged to")
         return f"all {total} host(s) {done} profile {self.profile}"
 
+    def summary(self) -> dict[str, int]:
+        """Hosts per outcome (changed hosts are ok, and also counted as changed)."""
+        counts = {"hosts": len(self.hosts), "ok": 0, "changed": 0, "drifted": 0, "failed": 0, "unreachable": 0,
+                  "not-verified": 0}
+        for host in self.hosts:
+            counts[host.outcome] += 1
+            counts["changed"] += host.outcome == "ok" and host.status == "changed"
+        return counts
+
+    def rollout_lines(self) -> list[str]:
+        """Where a rolling `up` stopped and how to resume it (nothing for other runs)."""
+        r = self.rollout
+        if not r:
+            return []
+        batches = r.get("batches", [])
+        if not self.stopped:
+            return [f"rollout: {len(batches)} batch(es) of {r.get('batch')}; {len(r.get('done', []))} host(s) done, "
+                    f"failed: {', '.join(r.get('failed', [])) or 'none'}"]
+        left = [*r.get("failed", []), *r.get("untouched", [])]
+        resume = r.get("resume_command") or ""
+        return [f"rollout stopped at batch {r['stopped_at']} of {len(batches)}: {', '.join(r.get('done', [])) or 'no host'} "
+                f"done; failed (left drained): {', '.join(r.get('failed', [])) or 'none'}; untouched: "
+                f"{', '.join(r.get('untouched', [])) or 'none'}",
+                f"resume: {resume} --resume {shlex.quote(str(self.run_dir))}   (or: {resume} --limit "
+                f"{shlex.quote(','.join(left))})"]
+
     def retry_command(self) -> str | None:
-        """The command that re-runs just the hosts that failed or could not be reached."""
-        bad = [h.name for h in self.hosts if h.broken]
+        """The command that re-runs just the hosts that are not ok: failed, unreachable, drifted
+        or failing a check (after a fix, that is the run a person makes next)."""
+        bad = [h.name for h in self.hosts if h.outcome != "ok"]
         if not bad:
             return None
         # Shell-quoted: a host or file name may hold `;` or a space, and people paste this.
@@ -105,7 +172,8 @@ class Report:
             "command": self.command, "profile": self.profile, "profile_sha256": self.profile_sha256,
             "inventory": self.inventory, "run_dir": str(self.run_dir), "started": self.started, "finished": self.finished,
             "interrupted": self.interrupted, "exit_code": self.exit_code, "verdict": self.verdict,
-            "errors": self.errors, "retry": self.retry_command(), "hosts": [h.as_dict() for h in self.hosts],
+            "errors": self.errors, "retry": self.retry_command(), "summary": self.summary(), "rollout": self.rollout,
+            "hosts": [h.as_dict() for h in self.hosts],
         }
 
     @classmethod
@@ -131,6 +199,7 @@ class Report:
                 run_dir=Path(data.get("run_dir") or run_dir or "."), started=str(data.get("started", "")),
                 finished=str(data.get("finished", "")), interrupted=bool(data.get("interrupted", False)),
                 hosts=hosts, errors=[str(e) for e in data.get("errors", [])],
+                rollout=data.get("rollout") if isinstance(data.get("rollout"), dict) else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProvisionError(f"report.json is missing a field the report needs: {exc}",

@@ -1,14 +1,64 @@
-"""The report as a table for people: one row per host, its checks, the verdict, the retry."""
+"""The report for people. A fleet's report reads top down: one summary line (N hosts: ok /
+drifted / failed / unreachable), then one line per host that is not ok saying what is
+wrong, then the retry command and the run record. Hosts that are ok take no line, so 30
+hosts with 2 failing print 2 host lines, not 365. `verbose` adds the table of every host
+and every check; --json, --junit and --html always keep everything."""
 
 from __future__ import annotations
 
 from provisioner.reports.report import EXIT_FAILED_CHECKS, EXIT_OK, Report
 
-STATUS_STYLE = {"ok": "green", "changed": "yellow", "drift": "yellow", "failed": "red",
+STATUS_STYLE = {"ok": "green", "changed": "yellow", "drift": "yellow", "drifted": "yellow", "failed": "red",
+                "not-verified": "yellow",
                 "unreachable": "red", "pass": "green", "fail": "red", "skip": "dim"}
+# What one host line holds before it says "… N more": the line stays readable in a CI log.
+PROBLEMS_PER_LINE = 3
+PROBLEM_CHARS = 200
 
 
-def render_table(report: Report, console) -> None:
+def summary_line(report: Report) -> str:
+    counts = report.summary()
+    changed = f" ({counts['changed']} changed)" if counts["changed"] else ""
+    return (f"{counts['hosts']} host(s): {counts['ok']} ok{changed}, {counts['drifted']} drifted, "
+            f"{counts['failed']} failed, {counts['unreachable']} unreachable"
+            + (f", {counts['not-verified']} not verified" if counts["not-verified"] else ""))
+
+
+def host_line(host) -> str:
+    """One line: the host, its outcome and what is wrong (the first few problems)."""
+    problems = [" ".join(p.split()) for p in host.problems()]
+    shown = [p if len(p) <= PROBLEM_CHARS else p[: PROBLEM_CHARS - 1] + "…" for p in problems[:PROBLEMS_PER_LINE]]
+    more = f"; … {len(problems) - PROBLEMS_PER_LINE} more (--verbose)" if len(problems) > PROBLEMS_PER_LINE else ""
+    return f"{host.name}  {host.outcome}: {'; '.join(shown)}{more}"
+
+
+def render_table(report: Report, console, *, verbose: bool = False) -> None:
+    from rich.markup import escape
+
+    if verbose:
+        _full_table(report, console)
+    colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
+    console.print(f"provision {escape(report.command)} · profile {escape(report.profile)} · "
+                  f"[bold {colour}]{escape(summary_line(report))}[/]", highlight=False, soft_wrap=True)
+    for host in report.hosts:
+        if host.outcome != "ok":
+            style = STATUS_STYLE[host.outcome]
+            console.print(f"  [{style}]{escape(host_line(host))}[/]", highlight=False, soft_wrap=True)
+    for error in report.errors:
+        console.print(f"[red]error:[/red] {escape(error)}", highlight=False, soft_wrap=True)
+    if report.interrupted or report.errors:
+        console.print(f"[bold {colour}]{escape(report.verdict)}[/]", highlight=False, soft_wrap=True)
+    for line in report.rollout_lines():
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    retry = report.retry_command()
+    if retry:
+        console.print(f"retry just those: {escape(retry)}", highlight=False, soft_wrap=True)
+    console.print(f"run record: {escape(str(report.run_dir))}", highlight=False, soft_wrap=True)
+
+
+def _full_table(report: Report, console) -> None:
+    """--verbose: every host and every check. The result column is the host's outcome, so a
+    host that failed a check reads `failed` there even when all its tasks ran."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -18,18 +68,11 @@ def render_table(report: Report, console) -> None:
     table.add_column("changed / failures")
     table.add_column("checks")
     for host in report.hosts:
-        style = STATUS_STYLE.get(host.status, "")
+        style = STATUS_STYLE.get(host.outcome, "")
         changes = "\n".join([f"[red]{escape(f)}[/red]" for f in host.failures] + [escape(t) for t in host.changed_tasks[:8]]
                             + ([f"… {len(host.changed_tasks) - 8} more"] if len(host.changed_tasks) > 8 else []))
         checks = "\n".join(f"[{STATUS_STYLE.get(c.status, '')}]{escape(c.status):4}[/] {escape(c.name)}: {escape(c.detail)}"
                            for c in host.checks)
-        table.add_row(escape(host.name), f"[{style}]{escape(host.status)}[/]", changes or "-", checks or "-")
+        result = host.outcome + (" (changed)" if host.outcome == "ok" and host.status == "changed" else "")
+        table.add_row(escape(host.name), f"[{style}]{escape(result)}[/]", changes or "-", checks or "-")
     console.print(table)
-    for error in report.errors:
-        console.print(f"[red]error:[/red] {escape(error)}")
-    colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
-    console.print(f"[bold {colour}]{escape(report.verdict)}[/]")
-    retry = report.retry_command()
-    if retry:
-        console.print(f"retry just those: {escape(retry)}", highlight=False, soft_wrap=True)
-    console.print(f"run record: {escape(str(report.run_dir))}")
