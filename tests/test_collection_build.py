@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import COLLECTION
+from .conftest import COLLECTION, REPO
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
@@ -79,3 +79,21 @@ def test_ansible_lint_passes_on_the_installed_collection(tmp_path: Path):
     processed = re.search(r"in (\d+) files processed", out)
     assert processed and int(processed.group(1)) >= len(list(installed.rglob("*.yml"))), out[-2000:]
     assert "Profile 'production' was required, and it passed" in out
+
+
+def test_an_awx_projects_requirements_file_installs_the_collection_from_this_repository(tmp_path: Path):
+    """docs/ecosystem.md's collections/requirements.yml: a git source whose `#/path` is the
+    collection's folder (here a git+file:// clone of this checkout: what is committed)."""
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the git source needs one")
+    project = tmp_path / "awx-project"
+    (project / "collections").mkdir(parents=True)
+    (project / "collections" / "requirements.yml").write_text(yaml.safe_dump({"collections": [{
+        "name": f"git+file://{REPO}#/ansible_collections/gpu_provisioner/node", "type": "git", "version": "HEAD"}]}))
+    r = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "-r",
+                        "collections/requirements.yml", "-p", "collections"], cwd=project, capture_output=True,
+                       text=True, timeout=300, env=ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    installed = project / "collections" / "ansible_collections" / "gpu_provisioner" / "node"
+    assert (installed / "roles" / "common" / "tasks" / "main.yml").is_file()
+    assert (installed / "plugins" / "modules" / "provisioner_state.py").is_file()
