@@ -136,7 +136,10 @@ def members(loaded: Loaded) -> dict[str, bytes | Path]:
         "BUNDLE.json": (json.dumps(manifest, indent=2) + "\n").encode(),
         "apply.sh": _template("apply.sh.j2", install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
         # !unsafe: the profile is data, never template source (see provisioner/ansible_data.py)
-        "inventory/group_vars/all/provisioner.yml": (header + dump_unsafe(role_vars(loaded))).encode(),
+        # The bundle always installs provision-state.timer: a node that converges itself
+        # reports its own drift to Prometheus, with no controller to run `provision check`.
+        "inventory/group_vars/all/provisioner.yml": (
+            header + dump_unsafe({**role_vars(loaded), "state_timer_enabled": True})).encode(),
         "profile.yml": (header + profiles.to_yaml(p)).encode(),
     }
     content: dict[str, bytes | Path] = dict(_content_files())

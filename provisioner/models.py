@@ -279,6 +279,24 @@ class Reboot(Strict):
     timeout_s: int = Field(900, ge=60)
 
 
+class StateTimer(Strict):
+    enabled: bool = Field(False, description="provision up installs provision-state.timer (the bundle always does)")
+    interval_s: int = Field(300, ge=60, le=86400, description="seconds between two runs of the node's own check")
+
+
+class NodeExporter(Strict):
+    manage: Literal["install", "present"] = Field(
+        "present", description="install: Debian's/Ubuntu's prometheus-node-exporter; present: the site runs one")
+    listen_address: IPAddress = Field("127.0.0.1", description="where the installed node_exporter listens; "
+                                                               "0.0.0.0 only when you mean every interface")
+    port: int = Field(9100, ge=1, le=65535)
+
+
+class Monitoring(Strict):
+    state_timer: StateTimer = Field(default_factory=StateTimer)
+    node_exporter: NodeExporter = Field(default_factory=NodeExporter)
+
+
 class Profile(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     description: SingleLine
@@ -297,6 +315,7 @@ class Profile(Strict):
     verify: Verify = Field(default_factory=Verify)
     reboot: Reboot = Field(default_factory=Reboot)
     network: Network = Field(default_factory=Network)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
     inventory_overrides: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
         description="role variables this profile renders that a site may still set per host or group in its "

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import compat, outputs, packages, paths
+from provisioner import compat, outputs, packages, paths, skus
 from provisioner.ansible_data import dump_unsafe
 from provisioner.inventory import Inventory, to_yaml_inventory
 from provisioner.models import Profile
@@ -67,6 +67,13 @@ PROFILE_FIELD: dict[str, str] = {
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3",
+    "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
+    "state_timer_node_exporter": "monitoring.node_exporter.manage",
+    "state_timer_node_exporter_listen_address": "monitoring.node_exporter.listen_address",
+    "state_timer_node_exporter_port": "monitoring.node_exporter.port",
+    "state_timer_gpu_count": "hardware.gpu.count", "state_timer_driver_version": "driver.version",
+    "state_timer_require_persistence": "verify.require_persistence_mode",
+    "state_timer_ecc_uncorrectable_max": "verify.ecc_uncorrectable_max",
 }
 
 
@@ -74,6 +81,23 @@ def _library(kind: str, p: Profile, pins: dict[str, dict[str, str]]) -> dict[str
     lib = getattr(p, kind)
     enabled = lib.enabled and p.cuda.source == "cuda_repo"
     return {f"{kind}_enabled": enabled, **({f"{kind}_version": lib.version, f"{kind}_pins": pins[kind]} if enabled else {})}
+
+
+def _state_timer(p: Profile) -> dict[str, Any]:
+    """The node's own check (role state_timer): its timer, node_exporter, what nvidia-smi must show."""
+    mon = p.monitoring
+    return {
+        "state_timer_enabled": mon.state_timer.enabled,
+        "state_timer_interval": mon.state_timer.interval_s,
+        "state_timer_node_exporter": mon.node_exporter.manage,
+        "state_timer_node_exporter_listen_address": mon.node_exporter.listen_address,
+        "state_timer_node_exporter_port": mon.node_exporter.port,
+        "state_timer_gpu_count": p.hardware.gpu.count,
+        "state_timer_driver_version": p.driver.version,
+        "state_timer_require_persistence": p.verify.require_persistence_mode,
+        # The same threshold verify judges by: the profile's, else the SKU's (data/gpu_skus.yml).
+        "state_timer_ecc_uncorrectable_max": skus.thresholds(p, "").ecc_uncorrectable_max,
+    }
 
 
 def role_vars(loaded: Loaded) -> dict[str, Any]:
@@ -128,6 +152,7 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
         "network_iperf3": p.network.iperf3,
+        **_state_timer(p),
     }
     if env.enabled:
         out.update({

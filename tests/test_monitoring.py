@@ -8,6 +8,7 @@ dcgm-exporter scrapes in ../shared/fixtures/dcgm/.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +25,18 @@ from provisioner.errors import ProvisionError
 
 PROMTOOL_MISSING = ("promtool is not installed (Debian: apt-get install --no-install-recommends prometheus; "
                     "scripts/setup-dev-host installs it)")
+RULES_TEST = Path(__file__).parent / "data" / "monitoring" / "rules.test.yml"
+
+
+def _promtool() -> str:
+    """promtool, or a skip where this run cannot have it: CI runs as root and installs it
+    (scripts/ci-stages unit, scripts/setup-dev-host), so as root its absence fails."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.geteuid() == 0:
+            pytest.fail(PROMTOOL_MISSING)
+        pytest.skip(PROMTOOL_MISSING)
+    return promtool
 
 
 def _profile(tmp_path: Path, listen: str = "0.0.0.0", collectors: list[str] | None = None,
@@ -63,7 +76,8 @@ def test_targets_one_per_host_with_labels(tmp_path):
         {"targets": ["[fd00::7]:9500"], "labels": {"host": "node3", "profile": "mon-test", "gpu_model": "H100 80GB HBM3"}},
     ]
     assert result.targets == ["10.0.0.5:9500", "node2:9500", "[fd00::7]:9500"]
-    assert [p.name for p in result] == ["dcgm-dashboard.json", "dcgm-targets.json", "scrape-dcgm.yml"]
+    assert [p.name for p in result] == ["dcgm-dashboard.json", "dcgm-targets.json", "gpu-provisioner-rules.yml",
+                                        "node-targets.json", "scrape-dcgm.yml", "scrape-node.yml"]
     assert result.warnings == []
 
 
@@ -137,8 +151,10 @@ def test_rendered_dashboard_keeps_only_collected_metrics(tmp_path, scraped_metri
     # FB share needs FB_FREE too, which this profile does not collect; ECC has no panel.
     assert "Framebuffer memory used (share)" not in result.panels
     assert result.unpanelled == ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
-    assert [p["id"] for p in board["panels"]] == [1, 2, 3]
-    assert [p["gridPos"]["x"] for p in board["panels"]] == [0, 12, 0]
+    # the DCGM panels, then the three drift and check panels (provision-state) below them
+    assert [p["id"] for p in board["panels"]] == [1, 2, 3, 4, 5, 6]
+    assert [p["gridPos"]["x"] for p in board["panels"]] == [0, 12, 0, 0, 12, 0]
+    assert [p["gridPos"]["y"] for p in board["panels"]] == [0, 0, 8, 16, 16, 24]
     assert "__METRIC__" not in json.dumps(board)
     assert board["uid"] == "provision-dcgm-mon-test"
 
@@ -176,3 +192,65 @@ def test_rendering_is_deterministic(tmp_path):
     first = {p.name: p.read_bytes() for p in monitoring.render(loaded, inv, tmp_path / "a")}
     second = {p.name: p.read_bytes() for p in monitoring.render(loaded, inv, tmp_path / "b")}
     assert first == second
+
+
+def test_node_targets_and_scrape_config_load_the_alerting_rules(tmp_path):
+    monitoring.render(_profile(tmp_path), _inventory(tmp_path), tmp_path / "out")
+    prom = tmp_path / "out" / "prometheus"
+    sd = json.loads((prom / "node-targets.json").read_text())
+    assert [t["targets"] for t in sd] == [["10.0.0.5:9100"], ["node2:9100"], ["[fd00::7]:9100"]]
+    config = yaml.safe_load((prom / "scrape-node.yml").read_text())
+    assert config["rule_files"] == ["gpu-provisioner-rules.yml"]
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["node-exporter-mon-test"]
+    r = subprocess.run([_promtool(), "check", "config", str(prom / "scrape-node.yml")], capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS: 7 rules found" in r.stdout, r.stdout + r.stderr
+
+
+def test_alert_rules_pass_their_unit_tests_and_a_broken_rule_fails_them(tmp_path):
+    """promtool test rules on synthetic series (tests/data/monitoring/rules.test.yml): drift
+    for one host only, a failed check, a failing run, stale after 3 intervals, no textfile,
+    node_exporter and dcgm-exporter down."""
+    promtool = _promtool()
+    monitoring.render(_profile(tmp_path), _inventory(tmp_path), tmp_path / "out")
+    prom = tmp_path / "out" / "prometheus"
+    shutil.copy(RULES_TEST, prom / "rules.test.yml")
+    r = subprocess.run([promtool, "check", "rules", str(prom / "gpu-provisioner-rules.yml")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "SUCCESS: 7 rules found" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([promtool, "test", "rules", str(prom / "rules.test.yml")], capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    # The tests see the rules: stale after 30 intervals instead of 3 fails them.
+    rules = prom / "gpu-provisioner-rules.yml"
+    rules.write_text(rules.read_text().replace("> 900", "> 9000"))
+    r = subprocess.run([promtool, "test", "rules", str(prom / "rules.test.yml")], capture_output=True, text=True)
+    assert r.returncode != 0 and "GpuProvisionerStateStale" in r.stdout + r.stderr
+
+
+def test_the_stale_threshold_follows_the_profiles_interval(tmp_path):
+    path = tmp_path / "timer.yml"
+    path.write_text(yaml.safe_dump({"extends": "debian12-lab", "name": "timer", "description": "t",
+                                    "monitoring": {"state_timer": {"enabled": True, "interval_s": 120}}}))
+    rules = {r["alert"]: r for r in monitoring.alert_rules(profiles.load(str(path)))["groups"][0]["rules"]}
+    assert rules["GpuProvisionerStateStale"]["expr"].endswith("> 360")
+    assert "GpuProvisionerDcgmExporterDown" not in rules, "debian12-lab runs no dcgm-exporter"
+
+
+def test_state_panels_query_only_what_the_node_checker_writes(tmp_path):
+    from ansible_collections.gpu_provisioner.node.plugins.module_utils import state_metrics
+
+    written = {f.name for f in text_string_to_metric_families(state_metrics.textfile(
+        {"recorded": True, "differences": [], "dpkg_audit": ""}, [], version="v", now=1))}
+    result = monitoring.render(_profile(tmp_path), _inventory(tmp_path), tmp_path / "out")
+    board = json.loads((tmp_path / "out" / "grafana" / "dcgm-dashboard.json").read_text())
+    ours = [p for p in board["panels"] if p["title"] in result.state_panels]
+    assert [p["title"] for p in ours] == ["Drifted items (provision-state)", "Failed checks (provision-state)",
+                                          "Age of the last state check"]
+    queried = {m for p in ours for t in p["targets"] for m in re.findall(r"\bgpu_provisioner_\w+", t["expr"])}
+    assert queried and queried <= written
+    assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
+    rules = [{"record": f"panel:q{n}", "expr": t["expr"].replace("$host", ".*").replace("$profile", ".*")}
+             for n, p in enumerate(ours) for t in p["targets"]]
+    path = tmp_path / "panels.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    r = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -65,17 +65,10 @@ def test_compare_without_a_record_says_so(tmp_path: Path):
     assert state["recorded"] is False and state["differences"] == []
 
 
-def _load_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("provisioner_state", MODULES / "provisioner_state.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_package_and_unit_differences_are_named():
-    mod = _load_module()
+    # The comparison is module_utils/state.py, shared by the module and the node's own checker.
+    from ansible_collections.gpu_provisioner.node.plugins.module_utils import state as mod
+
     recorded = {"held_packages": {"nvidia-smi": {"version": "535.309.01-0+deb12u1", "hold": True},
                                   "nvidia-legacy-check": {"version": "535.309.01-0+deb12u1", "hold": True},
                                   "firmware-nvidia-gsp": {"version": "535.309.01-0+deb12u1", "hold": True}},
@@ -86,7 +79,9 @@ def test_package_and_unit_differences_are_named():
                              "firmware-nvidia-gsp": None},
            "packages": {"pciutils": False}, "files": {},
            "units": {"nvidia-persistenced.service": {"enabled": "disabled", "active": "inactive"}}}
-    got = {d["item"]: (d["recorded"], d["now"]) for d in mod.differences(recorded, now)}
+    found = mod.differences(recorded, now)
+    got = {d["item"]: (d["recorded"], d["now"]) for d in found}
+    assert {d["item"]: d["kind"] for d in found}["package pciutils"] == "packages"
     assert got == {
         "hold removed: nvidia-smi": ("held", "not held"),
         "package nvidia-legacy-check": ("535.309.01-0+deb12u1 (held)", "535.261.03-1 (held)"),

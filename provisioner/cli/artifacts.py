@@ -37,7 +37,10 @@ def monitoring(
     s.say(f"{len(result.targets)} target(s); dashboard panels: {', '.join(result.panels)}")
     if result.unpanelled:
         s.say(f"collected but shown in no panel: {', '.join(result.unpanelled)}")
-    s.say(f"check: promtool check config {shlex.quote(str(result.files[0].parents[1] / 'prometheus' / 'scrape-dcgm.yml'))}")
+    prom = result.files[0].parents[1] / "prometheus"
+    s.say(f"state panels: {', '.join(result.state_panels)}")
+    s.say(f"check: promtool check config {shlex.quote(str(prom / 'scrape-dcgm.yml'))}; "
+          f"promtool check config {shlex.quote(str(prom / 'scrape-node.yml'))} (it loads the alerting rules)")
 
 
 @app.command("report")

@@ -71,6 +71,12 @@ def test_bundle_converges_a_lab_host_by_itself_and_then_changes_nothing(lab_host
     driver = record["state"]["held_packages"]["nvidia-driver"]
     assert driver["version"].startswith(loaded.profile.driver.version + "-") and driver["hold"] is True
 
+    # The bundle always installs provision-state.timer: the node reports its own drift.
+    assert podman("exec", lab_host, "systemctl", "is-active", "provision-state.timer").stdout.strip() == "active"
+    textfile = podman("exec", lab_host, "cat", "/var/lib/prometheus/node-exporter/gpu_provisioner.prom").stdout
+    assert 'gpu_provisioner_drift_items{kind="held_packages"} 0' in textfile, textfile
+    assert f'profile="{loaded.profile.name}"' in textfile
+
     second, (_, changed, unreachable, failed) = apply(lab_host)
     assert second.returncode == 0 and failed == 0 and unreachable == 0
     assert changed == 0, "a second apply changed:\n" + "\n".join(changed_tasks(second.stdout))

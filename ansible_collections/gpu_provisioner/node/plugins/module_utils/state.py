@@ -1,0 +1,156 @@
+# -*- coding: utf-8 -*-
+"""A host's managed state, read and compared with the record of its last converge.
+
+One source for two callers: the provisioner_state module (`provision check`, one module
+call per host) and the node's own checker (state_metrics.py, run by provision-state.timer
+with plain python3, no Ansible on the node). So this file imports the standard library
+only (and pip_freeze beside it, stdlib-only too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import diff as freeze_diff
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import parse as parse_freeze
+
+KINDS = ("held_packages", "packages", "files", "units", "python_envs")
+RECORD = "/etc/ansible/facts.d/provisioner.fact"
+
+
+def _packages(names: list[str]) -> dict[str, dict]:
+    """name -> {version, hold} for installed packages (one dpkg-query for all)."""
+    if not names:
+        return {}
+    out = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}|${Package}|${Version}|${Status}\n", *names],
+                         capture_output=True, text=True, check=False).stdout
+    found = {}
+    for line in out.splitlines():
+        abbrev, name, version, status = (line.split("|") + ["", "", "", ""])[:4]
+        if abbrev[1:2] == "i":
+            found[name] = {"version": version, "hold": status.startswith("hold ")}
+    return found
+
+
+def _files(paths: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                found[path] = hashlib.sha256(f.read()).hexdigest()
+        except FileNotFoundError:
+            found[path] = None
+    return found
+
+
+def _units(names: list[str]) -> dict[str, dict]:
+    """name -> {enabled, active}, from one `systemctl show` for all."""
+    if not names:
+        return {}
+    out = subprocess.run(["systemctl", "show", "-p", "Id", "-p", "UnitFileState", "-p", "ActiveState", "--", *names],
+                         capture_output=True, text=True, check=False).stdout
+    found, blocks = {}, [b for b in out.strip().split("\n\n") if b.strip()]
+    for name, block in zip(names, blocks):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        found[name] = {"enabled": props.get("UnitFileState") or "absent", "active": props.get("ActiveState", "")}
+    return found
+
+
+def _python_envs(pythons: list[str]) -> dict[str, dict | None]:
+    """python -> {package: version} of its environment (None: the Python is gone)."""
+    found: dict[str, dict | None] = {}
+    for python in pythons:
+        try:
+            r = subprocess.run([python, "-m", "pip", "freeze", "--disable-pip-version-check"],
+                               capture_output=True, text=True, check=False, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            found[python] = None
+            continue
+        found[python] = parse_freeze(r.stdout.splitlines()) if r.returncode == 0 else None
+    return found
+
+
+def read_state(managed: dict) -> dict:
+    installed = _packages(managed.get("held_packages", []) + managed.get("packages", []))  # one dpkg-query
+    return {
+        "held_packages": {n: installed.get(n) for n in managed.get("held_packages", [])},
+        "packages": {n: (n in installed) for n in managed.get("packages", [])},
+        "files": _files(managed.get("files", [])),
+        "units": _units(managed.get("units", [])),
+        "python_envs": _python_envs(managed.get("python_envs", [])),
+    }
+
+
+def _show_package(p: dict | None) -> str:
+    if not p:
+        return "not installed"
+    return p["version"] + (" (held)" if p["hold"] else " (not held)")
+
+
+def differences(recorded: dict, now: dict) -> list[dict]:
+    """Every item whose state differs from the record, in a stable order; each names its
+    `kind` (one of KINDS), which the node's textfile counts by."""
+    diffs = []
+
+    def add(kind: str, item: str, was, cur) -> None:
+        diffs.append({"kind": kind, "item": item, "recorded": was, "now": cur})
+
+    for name, was in sorted(recorded.get("held_packages", {}).items()):
+        cur = now["held_packages"].get(name)
+        if was and cur and was["version"] == cur["version"] and was["hold"] and not cur["hold"]:
+            add("held_packages", f"hold removed: {name}", "held", "not held")
+        elif was != cur:
+            add("held_packages", f"package {name}", _show_package(was), _show_package(cur))
+    for name, was in sorted(recorded.get("packages", {}).items()):
+        if was and not now["packages"].get(name):
+            add("packages", f"package {name}", "installed", "not installed")
+    for path, was in sorted(recorded.get("files", {}).items()):
+        cur = now["files"].get(path)
+        if cur != was:
+            what = "deleted" if cur is None else ("created" if was is None else "changed")
+            add("files", f"file {path} {what}", f"sha256 {was}" if was else "absent", f"sha256 {cur}" if cur else "absent")
+    for name, was in sorted(recorded.get("units", {}).items()):
+        cur = now["units"].get(name) or {}
+        for key in ("enabled", "active"):
+            if was.get(key) != cur.get(key):
+                add("units", f"unit {name} {key}", was.get(key), cur.get(key))
+    for python, was in sorted(recorded.get("python_envs", {}).items()):
+        cur = now.get("python_envs", {}).get(python)
+        if cur is None:
+            if was is not None:
+                add("python_envs", f"python env {python}", f"{len(was)} packages", "gone")
+            continue
+        change = freeze_diff(was or {}, cur)
+        for name, version in change["removed"].items():
+            add("python_envs", f"python package {name} removed ({python})", version, "absent")
+        for name, version in change["added"].items():
+            add("python_envs", f"python package {name} added ({python})", "absent", version)
+        for name, versions in change["changed"].items():
+            add("python_envs", f"python package {name} changed ({python})", versions["recorded"], versions["now"])
+    return diffs
+
+
+def dpkg_audit() -> str:
+    return subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def load(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def compare(path: str = RECORD) -> dict:
+    """The host against its record: recorded (whether a record was found), the profile and
+    its sha256 from the record, differences, dpkg_audit. Reads only; changes nothing."""
+    old = load(path)
+    if old is None:
+        return {"recorded": False, "profile": "", "profile_sha256": "", "differences": [], "dpkg_audit": dpkg_audit()}
+    state = old.get("state") or {}
+    managed = {k: sorted(state.get(k, {})) for k in KINDS}
+    return {"recorded": True, "profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
+            "differences": differences(state, read_state(managed)), "dpkg_audit": dpkg_audit()}
