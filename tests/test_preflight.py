@@ -67,3 +67,17 @@ def test_a_small_separate_filesystem_is_refused_with_the_space_needed():
 def test_unreadable_free_space_is_a_skip_not_a_pass():
     check = by_name(preflight.judge(profiles.load("h100-train").profile, dict(HGX, disk_free=[])))["free disk"]
     assert check.status == "skip" and "could not read" in check.detail
+
+
+def test_an_nvswitch_profile_without_gpus_needs_no_nvswitch():
+    # The lab takes h100-train's software on GPU-less hosts: the GPU count is relaxed to 0,
+    # the interconnect stays nvswitch (fabric manager is installed), and no NVSwitch is needed.
+    from provisioner.models import Profile
+
+    data = profiles.as_dict(profiles.load("h100-train").profile)
+    data["hardware"]["gpu"]["count"] = 0
+    lab = Profile.model_validate(data)
+    facts = dict(HGX, lspci=[])
+    nvswitch = by_name(preflight.judge(lab, facts))["nvswitch"]
+    assert nvswitch.status == "skip" and "expects no GPU" in nvswitch.detail
+    assert by_name(preflight.judge(profiles.load("h100-train").profile, facts))["nvswitch"].status == "fail"

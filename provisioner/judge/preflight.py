@@ -77,6 +77,10 @@ def _pci_checks(profile: Profile, facts: dict[str, Any]) -> list[Check]:
         if not gpus:
             detail = f"no GPU present (no NVIDIA device on the PCI bus), profile expects {hw.gpu.count}"
         checks = [(passed if len(gpus) >= hw.gpu.count else failed)("gpus", detail)]
-    if hw.interconnect == "nvswitch":
+    if hw.interconnect == "nvswitch" and hw.gpu.count == 0:
+        # A GPU-less host (the lab) taking an NVSwitch profile's software: nothing to switch.
+        checks.append(skipped("nvswitch", f"{len(nvswitches)} NVSwitch device(s) on the PCI bus; "
+                                          "the profile expects no GPU, so none are needed"))
+    elif hw.interconnect == "nvswitch":
         checks.append((passed if nvswitches else failed)("nvswitch", f"{len(nvswitches)} NVSwitch device(s) on the PCI bus"))
     return checks
