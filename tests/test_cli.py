@@ -127,3 +127,9 @@ def test_python_dash_m_provisioner_cli_is_the_provision_command():
 
     r = subprocess.run([sys.executable, "-m", "provisioner.cli", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("provision "), r.stderr
+
+
+def test_every_fleet_command_takes_verbose():
+    for command in ("preflight", "up", "check", "verify"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0 and "--verbose" in result.output, command

@@ -142,13 +142,14 @@ def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit:
            ddp: Annotated[bool, typer.Option("--ddp", help="Also run a small DDP job with torchrun across the hosts "
                                                            "(NCCL with GPUs, gloo without).")] = False,
            ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-           become_method: BecomeMethod = "sudo") -> None:
+           become_method: BecomeMethod = "sudo", verbose: Verbose = False) -> None:
     """Verify the hosts against the profile (nvidia-smi and friends); changes nothing.
 
     --network: iperf3 between host pairs; --ddp: a DDP job across the hosts."""
     talk_to_hosts(session(ctx), "verify", profile, inventory, Fleet.of(
         limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
-        become_password_file=become_password_file, become_method=become_method), network=network, ddp=ddp)
+        become_password_file=become_password_file, become_method=become_method, verbose=verbose),
+        network=network, ddp=ddp)
 
 
 @app.command("up")
