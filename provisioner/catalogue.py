@@ -125,8 +125,11 @@ class Catalogue(_Strict):
         versions = self.versions(name)
         if version_or_prefix in versions:
             return version_or_prefix
-        matches = [v for v in versions if v.startswith(version_or_prefix)
-                   and v[len(version_or_prefix):len(version_or_prefix) + 1] in {"-", ".", "+", "~"}]
+        n = len(version_or_prefix)
+        # An epoch (1:4.5.2-1) is not part of what a profile names: compare without it.
+        matches = [v for v in versions for bare in (v.split(":", 1)[-1],)
+                   if bare == version_or_prefix
+                   or (bare.startswith(version_or_prefix) and bare[n:n + 1] in {"-", ".", "+", "~"})]
         return matches[-1] if matches else None
 
     def check_depends(self) -> list[str]:

@@ -13,10 +13,9 @@ the catalogue has.
 from __future__ import annotations
 
 import re
-from functools import cmp_to_key
 
 from provisioner import catalogue, compat
-from provisioner.catalogue import Catalogue, compare_versions
+from provisioner.catalogue import Catalogue
 from provisioner.errors import ProvisionError
 from provisioner.models import Profile
 
@@ -55,10 +54,6 @@ def _strip_epoch(v: str) -> str:
     return v.split(":", 1)[1] if ":" in v else v
 
 
-def _newest(versions: list[str]) -> str:
-    return sorted(versions, key=cmp_to_key(compare_versions))[-1]
-
-
 class _Resolver:
     def __init__(self, p: Profile, cat: Catalogue):
         self.p, self.cat = p, cat
@@ -74,17 +69,15 @@ class _Resolver:
         return names
 
     def exact(self, name: str, version: str, field: str) -> str:
-        """The catalogue version of `name` that `version` names: itself, or the newest whose
-        upstream part is it or starts with it and a dot (``580.95.05`` -> ``580.95.05-1ubuntu1``,
-        CUDA ``12.2`` -> ``12.2.2-1``, DCGM ``4.5.2`` -> ``1:4.5.2-1``). Refuses a version the
+        """The catalogue version of `name` that `version` names (Catalogue.resolve: itself, or
+        the newest it is the upstream prefix of: ``580.95.05`` -> ``580.95.05-1ubuntu1``, CUDA
+        ``12.2`` -> ``12.2.2-1``, DCGM ``4.5.2`` -> ``1:4.5.2-1``). Refuses a version the
         flavour does not carry."""
-        versions = self.cat.versions(name)
-        found = [v for v in versions if version in (v, _strip_epoch(v))
-                 or _strip_epoch(v).startswith((version + "-", version + "."))]
+        found = self.cat.resolve(name, version)
         if found:
-            return _newest(found)
+            return found
         raise self._refuse(field, f"{name} {version} is not in NVIDIA's {self.cat.flavour} repository "
-                                  f"(catalogue has: {', '.join(versions) or 'no version of it'})",
+                                  f"(catalogue has: {', '.join(self.cat.versions(name)) or 'no version of it'})",
                            "pick a version it carries")
 
     def for_cuda(self, name: str, version: str, field: str, toolkit: str) -> str:
@@ -100,7 +93,7 @@ class _Resolver:
             if m is None or (int(m[1]) == major and int(m[2]) <= minor):
                 fits.append(v)
         if fits:
-            return _newest(fits)
+            return fits[-1]                # versions() lists oldest first
         have = [v for v in self.cat.versions(name) if v.startswith(version + "-")]
         raise self._refuse(field, f"{name} {version} has no build for CUDA {toolkit} in NVIDIA's {self.cat.flavour} "
                                   f"repository (catalogue has: {', '.join(have or self.cat.versions(name)) or 'none'})",
@@ -154,12 +147,12 @@ def plan(p: Profile) -> dict[str, Pins]:
         out["tensorrt"] = {n: r.for_cuda(n, p.tensorrt.version, "tensorrt.version", toolkit)
                            for n in r.names(component, "tensorrt.version")}
     if p.dcgm.enabled:
-        version = p.dcgm.version or _strip_epoch(_newest(r.cat.versions("datacenter-gpu-manager-4-core")))
+        version = p.dcgm.version or _strip_epoch(r.cat.versions("datacenter-gpu-manager-4-core")[-1])
         component = "dcgm3" if version.startswith("3.") else "dcgm4"
         out["dcgm"] = {n: r.exact(n, version, "dcgm.version") for n in r.names(component, "dcgm.version")}
         ex = p.dcgm.exporter
         if ex.enabled and not ex.binary:
             names = r.names("dcgm_exporter", "dcgm.exporter.version")
-            out["dcgm_exporter"] = {n: r.exact(n, ex.version or _strip_epoch(_newest(r.cat.versions(n))),
+            out["dcgm_exporter"] = {n: r.exact(n, ex.version or _strip_epoch(r.cat.versions(n)[-1]),
                                                "dcgm.exporter.version") for n in names}
     return out
