@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from provisioner.errors import ProvisionError
+from provisioner import outputs
 from provisioner.lab import aptcache, limits, podman
 from provisioner.lab import image as lab_image
 from provisioner.lab.podman import LABEL, LABEL_WORKDIR, NETWORK, SETUP_FIX
@@ -100,11 +101,9 @@ def _check_prefix(prefix: str) -> None:
         )
 
 
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    tmp.replace(path)
+def _write_atomic(path: Path, text: str) -> None:
+    # The lab folder's own files, rewritten by every `lab up` (force: they are the lab's).
+    outputs.write_file(path, text, force=True, what="lab file")
 
 
 def _ini_quote(value: str, force: bool = False) -> str:
