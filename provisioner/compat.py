@@ -7,7 +7,9 @@ field, and the nearest setting that would pass.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Callable, Iterator
@@ -448,3 +450,99 @@ def package_names(kind: str, cuda_major: int | str) -> dict[str, str]:
     """cuDNN 9 / DCGM 4 package names for a CUDA major, from compat.yml package_naming."""
     naming = matrix()["package_naming"][kind]
     return {role: name.format(cuda_major=cuda_major) for role, name in naming.items() if role != "cuda_majors"}
+
+
+# --- GPUDirect RDMA (InfiniBand profiles) ---------------------------------------------
+
+@dataclass(frozen=True)
+class GpuDirect:
+    """How an InfiniBand host's HCA reaches GPU memory: `dma-buf` (no module: the open kernel
+    modules and the kernel do it), `nvidia-peermem` (the driver's module, loaded at boot) or
+    `off` (no InfiniBand, or no path that can work: NCCL then stages through host memory)."""
+    mode: str
+    why: str
+    modules: tuple[str, ...] = ()   # loaded at boot (the network role's modules-load.d file)
+    min_kernel: str = ""            # dma-buf: the running kernel must be at least this
+
+
+def _kernel(text: str) -> tuple[int, ...]:
+    """'6.1.0-28-amd64' -> (6, 1, 0): the numeric release, the flavour dropped."""
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("-")[0])[:3])
+
+
+def dma_buf_unmet(kernel_modules: str, branch: int, kernel: str, architecture: str | None) -> list[str]:
+    """What keeps DMA-BUF from working (empty: it works), each with the setting that fixes it.
+    An unknown architecture (a profile without GPUs) is not held against it."""
+    need = matrix()["gpudirect_rdma"]["dma_buf"]
+    order = matrix()["gpudirect_rdma"]["architecture_order"]
+    unmet = []
+    if kernel_modules != need["kernel_modules"]:
+        unmet.append("the open kernel modules (driver.kernel_modules: open)")
+    if branch < need["min_driver_branch"]:
+        unmet.append(f"driver branch R{need['min_driver_branch']} or newer (CUDA 11.7), not R{branch}")
+    if _kernel(kernel) < _kernel(need["min_kernel"]):
+        unmet.append(f"Linux {need['min_kernel']} or newer, not {kernel}")
+    if architecture and order.index(architecture) < order.index(need["min_architecture"]):
+        unmet.append(f"a {need['min_architecture'].title()} or newer GPU, not {architecture.title()}")
+    return unmet
+
+
+def decide_gpudirect(requested: str, infiniband: bool, os: str, kernel_modules: str, branch: int,
+                     architecture: str | None, kernel: str | None = None) -> GpuDirect:
+    """The GPUDirect RDMA path for these inputs (data in compat.yml gpudirect_rdma, sources
+    cited there). `auto` takes DMA-BUF where it works (NVIDIA's recommendation), else
+    nvidia-peermem where the OS's kernel has the peer-memory interface, else off. An explicit
+    request is honoured as asked; gpudirect_problems says when it cannot work."""
+    data = matrix()["gpudirect_rdma"]
+    kernel = kernel or data["release_kernel"][os]
+    peermem = GpuDirect("nvidia-peermem", "", ("nvidia-peermem",))
+    dma_buf = GpuDirect("dma-buf", "", (), data["dma_buf"]["min_kernel"])
+    if not infiniband or requested == "off":
+        return GpuDirect("off", "the profile declares no InfiniBand" if not infiniband
+                         else "network.gpudirect_rdma: off")
+    if requested == "dma-buf":
+        return dataclasses.replace(dma_buf, why="network.gpudirect_rdma: dma-buf")
+    if requested == "nvidia-peermem":
+        return dataclasses.replace(peermem, why="network.gpudirect_rdma: nvidia-peermem")
+    unmet = dma_buf_unmet(kernel_modules, branch, kernel, architecture)
+    if not unmet:
+        return dataclasses.replace(dma_buf, why=f"open kernel modules, R{branch}, Linux {kernel}: DMA-BUF "
+                                                      "(NVIDIA's recommendation; no module to load)")
+    if data["peer_memory_in_kernel"][os]:
+        return dataclasses.replace(peermem, why=f"DMA-BUF needs {'; '.join(unmet)}; {os}'s kernel has "
+                                                      "the peer-memory interface nvidia-peermem needs")
+    return GpuDirect("off", f"DMA-BUF needs {'; '.join(unmet)}, and {os}'s kernel lacks the peer-memory interface "
+                            "nvidia-peermem needs (it would fail to load at every boot)")
+
+
+def gpudirect(p: Profile) -> GpuDirect:
+    return decide_gpudirect(p.network.gpudirect_rdma, p.hardware.infiniband, p.os, p.driver.kernel_modules,
+                            p.driver.branch, architecture_of(p))
+
+
+@rule
+def gpudirect_problems(p: Profile) -> Iterator[Problem]:
+    requested, data = p.network.gpudirect_rdma, matrix()["gpudirect_rdma"]
+    if requested not in ("auto", "off") and not p.hardware.infiniband:
+        yield Problem("gpudirect-no-infiniband", "network.gpudirect_rdma",
+                      f"{requested} is GPUDirect RDMA over InfiniBand, and the profile declares none",
+                      "set hardware.infiniband: true, or network.gpudirect_rdma: auto")
+        return
+    if not p.hardware.infiniband:
+        return
+    unmet = dma_buf_unmet(p.driver.kernel_modules, p.driver.branch, data["release_kernel"][p.os], architecture_of(p))
+    if requested == "dma-buf" and unmet:
+        yield Problem("gpudirect-dma-buf", "network.gpudirect_rdma",
+                      f"DMA-BUF needs {'; '.join(unmet)}",
+                      "meet those, or set network.gpudirect_rdma: auto (nvidia-peermem where the kernel allows it)")
+    elif requested == "nvidia-peermem" and not data["peer_memory_in_kernel"][p.os]:
+        yield Problem("gpudirect-peermem-kernel", "network.gpudirect_rdma",
+                      f"{p.os}'s kernel lacks the RDMA peer-memory interface: nvidia-peermem loads only once "
+                      "MLNX_OFED or DOCA-OFED provides it (the role does not install them)",
+                      "install MLNX_OFED/DOCA-OFED before provision up, or use DMA-BUF (driver.kernel_modules: open, "
+                      "network.gpudirect_rdma: auto)", severity="warning")
+    elif requested == "auto" and gpudirect(p).mode == "off":
+        yield Problem("gpudirect-none", "network.gpudirect_rdma", f"no GPUDirect RDMA path: {gpudirect(p).why}; "
+                      "NCCL will stage InfiniBand traffic through host memory",
+                      "set driver.kernel_modules: open (DMA-BUF), or install MLNX_OFED/DOCA-OFED and set "
+                      "network.gpudirect_rdma: nvidia-peermem", severity="warning")

@@ -266,6 +266,10 @@ class Network(Strict):
                                                              "(default: 0.7 x ethernet_gbps)")
     infiniband_rate_gbps: Literal[100, 200, 400, 800] | None = Field(
         None, description="IB rate every InfiniBand port must run at: EDR 100, HDR 200, NDR 400, XDR 800")
+    gpudirect_rdma: Literal["auto", "dma-buf", "nvidia-peermem", "off"] = Field(
+        "auto", description="how InfiniBand HCAs reach GPU memory (hardware.infiniband): auto = DMA-BUF where "
+                            "it works (open modules, R515+, Linux 5.12+), else nvidia-peermem where the kernel "
+                            "has the peer-memory interface, else off; see compat.yml gpudirect_rdma")
     ddp: Ddp = Field(default_factory=Ddp)
 
     @property

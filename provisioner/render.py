@@ -65,8 +65,10 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_binary_sha256": "dcgm.exporter.binary_sha256",
     "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
+    "gpu_verify_infiniband": "hardware.infiniband",
     "provisioner_download_base_url": "mirrors.download_base_url",
-    "network_iperf3": "network.iperf3",
+    "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
+    "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
     "state_timer_node_exporter_listen_address": "monitoring.node_exporter.listen_address",
@@ -98,6 +100,13 @@ def _state_timer(p: Profile) -> dict[str, Any]:
         # The same threshold verify judges by: the profile's, else the SKU's (data/gpu_skus.yml).
         "state_timer_ecc_uncorrectable_max": skus.thresholds(p, "").ecc_uncorrectable_max,
     }
+
+
+def _infiniband(p: Profile) -> dict[str, Any]:
+    """The InfiniBand stack (role network) and the GPUDirect RDMA path compat.gpudirect chose."""
+    direct = compat.gpudirect(p)
+    return {"network_infiniband": p.hardware.infiniband, "network_gpudirect_rdma": direct.mode,
+            **({"network_gpudirect_min_kernel": direct.min_kernel} if direct.min_kernel else {})}
 
 
 def role_vars(loaded: Loaded) -> dict[str, Any]:
@@ -151,7 +160,9 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         "dcgm_exporter_package_pins": pins.get("dcgm_exporter", {}),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
+        "gpu_verify_infiniband": p.hardware.infiniband,
         "network_iperf3": p.network.iperf3,
+        **_infiniband(p),
         **_state_timer(p),
     }
     if env.enabled:

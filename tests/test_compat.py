@@ -136,6 +136,17 @@ CASES = [
      "use CUDA 12.5 or newer, or os: ubuntu-22.04"),
     ("flavour-cudnn", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use cudnn 9.x, or os: ubuntu-22.04"),
     ("flavour-tensorrt", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use tensorrt 10.x, or os: ubuntu-22.04"),
+    # GPUDirect RDMA (compat.yml gpudirect_rdma): DMA-BUF needs the open modules; nvidia-peermem
+    # needs a kernel with the peer-memory interface (a warning: MLNX_OFED may bring it).
+    ("gpudirect-dma-buf", "h200-train", {"network": {"gpudirect_rdma": "dma-buf"}},
+     {"network": {"gpudirect_rdma": "dma-buf"}, "driver": {"kernel_modules": "proprietary"}},
+     "network.gpudirect_rdma: auto"),
+    ("gpudirect-no-infiniband", "h200-train", {"network": {"gpudirect_rdma": "off"}, "hardware": {"infiniband": False}},
+     {"network": {"gpudirect_rdma": "nvidia-peermem"}, "hardware": {"infiniband": False}}, "hardware.infiniband: true"),
+    ("gpudirect-peermem-kernel", "h100-train", {"network": {"gpudirect_rdma": "nvidia-peermem"}},
+     {"network": {"gpudirect_rdma": "nvidia-peermem"}, "os": "ubuntu-24.04"}, "install MLNX_OFED/DOCA-OFED"),
+    ("gpudirect-none", "debian12-lab", {"hardware": {"infiniband": True}, "driver": {"kernel_modules": "open"}},
+     {"hardware": {"infiniband": True}}, "set driver.kernel_modules: open"),
 ]
 
 

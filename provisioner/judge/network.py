@@ -36,7 +36,7 @@ def judge_pair(profile: Profile, client: str, server: str, measured: dict[str, A
 
 
 def judge_infiniband(profile: Profile, ib: dict[str, Any] | None) -> list[Check]:
-    declared, rate = profile.hardware.infiniband, profile.network.infiniband_rate_gbps
+    declared = profile.hardware.infiniband
     if not ib:
         return [failed("infiniband", "the profile declares InfiniBand, but this host has no "
                                      "/sys/class/infiniband or ibstat did not run")] if declared else []
@@ -46,12 +46,20 @@ def judge_infiniband(profile: Profile, ib: dict[str, Any] | None) -> list[Check]
         ports = [p for p in ibstat_mod.read_ibstat(str(ib.get("stdout", ""))) if p.link_layer.lower() == "infiniband"]
     except ibstat_mod.IbstatError as exc:
         return [failed("infiniband", str(exc))]
+    return judge_ports(profile, ports, "ibstat")
+
+
+def judge_ports(profile: Profile, ports: list[ibstat_mod.IbPort], source: str) -> list[Check]:
+    """The InfiniBand ports (Ethernet/RoCE ones already left out) against the profile: each
+    Active/LinkUp, at the declared rate or faster. `source` says where they were read."""
+    declared, rate = profile.hardware.infiniband, profile.network.infiniband_rate_gbps
     if not ports:
-        return [failed("infiniband", "ibstat lists no InfiniBand port")] if declared else [
+        return [failed("infiniband", f"{source} lists no InfiniBand port")] if declared else [
             skipped("infiniband", "no InfiniBand port (only Ethernet / RoCE ports)")]
     bad = [f"{p.name} {p.state}/{p.physical_state}" for p in ports if not p.up]
     slow = [f"{p.name} at {p.rate_gbps:g}" for p in ports if p.up and rate and (p.rate_gbps or 0) < rate]
     detail = f"{len(ports)} InfiniBand port(s)" + (f", expected {rate} Gb/s each" if rate else "")
     if bad or slow:
-        return [failed("infiniband", detail + ": " + "; ".join(bad + slow))]
-    return [passed("infiniband", detail + ": all Active/LinkUp" + (f" at {rate}" if rate else ""))]
+        return [failed("infiniband", detail + ": " + "; ".join(bad + slow) + f" (read from {source})")]
+    return [passed("infiniband", detail + ": all Active/LinkUp" + (f" at {rate}" if rate else "")
+                   + f" (read from {source})")]

@@ -20,6 +20,8 @@ from provisioner.parsers import kernel_log
 from provisioner.parsers import nccl_tests
 from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
+from provisioner.parsers import ibstat as ibstat_mod
+from provisioner.judge import network
 from provisioner.judge.checks import Check, failed, passed, skipped
 from provisioner.models import Profile
 
@@ -466,6 +468,42 @@ def judge_cuda_toolkit(profile: Profile, nvcc: dict[str, Any]) -> list[Check]:
         "cuda toolkit", f"nvcc reports release {found.group(1)} (profile: {wanted})")]
 
 
+def judge_infiniband(profile: Profile, ib: dict[str, Any] | None, container: str) -> list[Check]:
+    """The HCAs' ports (gpu_probe's infiniband: ibstat, else /sys/class/infiniband) against
+    the profile's InfiniBand. No HCA is never a pass: in a container it is a skip that says
+    what was not checked, on a machine a failure."""
+    if ib is None:
+        return [skipped("infiniband", "the probe did not read InfiniBand (gpu_verify_infiniband is off)")]
+    if not ib.get("present"):
+        if container:
+            return [skipped("infiniband", f"no InfiniBand HCA in this {container} container (/sys/class/infiniband "
+                                          "is absent): port state and rate not checked here")]
+        return [failed("infiniband", "the profile declares InfiniBand, but this host has no HCA "
+                                     "(/sys/class/infiniband is absent): check the adapter and its driver "
+                                     "(lsmod | grep mlx5_ib)")]
+    ibstat = ib.get("ibstat") or {}
+    if int(ibstat.get("rc", -1)) == 0 and str(ibstat.get("stdout", "")).strip():
+        return network.judge_infiniband(profile, ibstat)
+    ports = [p for p in ibstat_mod.read_sysfs(ib.get("sysfs") or {}) if p.link_layer.lower() == "infiniband"]
+    return network.judge_ports(profile, ports, "/sys/class/infiniband; ibstat "
+                               + ("is not installed" if ibstat.get("missing") else "failed"))
+
+
+def judge_gpudirect(profile: Profile, probe: dict[str, Any]) -> list[Check]:
+    """The GPUDirect RDMA path compat.gpudirect chose: nvidia-peermem loaded next to the driver."""
+    direct = compat.gpudirect(profile)
+    if direct.mode != "nvidia-peermem":
+        return [skipped("gpudirect rdma", f"{direct.mode}: {direct.why}" + (
+            "; nothing to load, NCCL uses it when it runs" if direct.mode == "dma-buf" else ""))]
+    if not str(probe.get("module_version") or "").strip():
+        return [skipped("gpudirect rdma", "nvidia-peermem loads with the driver, and no NVIDIA module is loaded"
+                        + (f" (a {probe['container']} container)" if probe.get("container") else ""))]
+    if probe.get("peermem_loaded"):
+        return [passed("gpudirect rdma", "nvidia-peermem is loaded")]
+    return [failed("gpudirect rdma", "nvidia-peermem is not loaded: modprobe nvidia-peermem (it needs a kernel "
+                                     "with the RDMA peer-memory interface: MLNX_OFED/DOCA-OFED)")]
+
+
 def _unit_state(unit: dict[str, Any] | None) -> str:
     unit = unit or {}
     return unit.get("ActiveState") or "unknown" if unit.get("LoadState") == "loaded" else "not-found"
@@ -492,6 +530,9 @@ def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
         "unit_state": _unit_state(units.get("fabric_manager")),
         "installed_version": probe.get("fabric_manager_version") or "",
         "module_loaded": bool(str(probe.get("module_version") or "").strip())})
+    if profile.hardware.infiniband:
+        checks += _guard("infiniband", judge_infiniband, profile, probe.get("infiniband"), str(probe.get("container") or ""))
+        checks += _guard("gpudirect rdma", judge_gpudirect, profile, probe)
     torch = commands.get("torch")
     if profile.python_env.enabled and profile.python_env.torch:
         checks += _guard("torch", judge_torch, profile, torch if torch else {"ran": False, "stderr": "not probed"})

@@ -77,3 +77,27 @@ def read_ibstat(text: str) -> list[IbPort]:
     if not ports and text.strip():
         raise IbstatError(f"not ibstat output (no \"CA '...'\" block with a port): {' '.join(text.split())[:120]!r}")
     return ports
+
+
+SYSFS_KEYS = ("state", "phys_state", "rate", "link_layer")
+_SYSFS_STATE = re.compile(r"^\d+:\s*(?P<name>\S.*)$")
+
+
+def read_sysfs(ports: dict[str, dict[str, str]]) -> list[IbPort]:
+    """The same ports from /sys/class/infiniband/<ca>/ports/<n>/{state,phys_state,rate,link_layer},
+    as gpu_probe reads them (keyed "<ca>/<n>"), for hosts without ibstat. The kernel writes
+    `state` as "4: ACTIVE", `phys_state` as "5: LinkUp" and `rate` as "400 Gb/sec (4X NDR)"
+    (Linux Documentation/ABI/stable/sysfs-class-infiniband; drivers/infiniband/core/sysfs.c).
+    Raises IbstatError on a value that is not in that form."""
+    out: list[IbPort] = []
+    for key in sorted(ports, key=lambda k: (k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[-1] or 0))):
+        ca, _, port = key.rpartition("/")
+        values = {k: str(v or "").strip() for k, v in ports[key].items()}
+        state, phys = _SYSFS_STATE.match(values.get("state", "")), _SYSFS_STATE.match(values.get("phys_state", ""))
+        if not ca or not port.isdigit() or not state or not phys:
+            raise IbstatError(f"not /sys/class/infiniband port values: {key}: {values}")
+        rate = re.match(r"\d+(\.\d+)?", values.get("rate", ""))
+        # ibstat prints the state in title case (Active, Down) and the physical state as is (LinkUp).
+        out.append(IbPort(ca, int(port), state.group("name").title(), phys.group("name"),
+                          float(rate.group()) if rate else None, values.get("link_layer", "")))
+    return out

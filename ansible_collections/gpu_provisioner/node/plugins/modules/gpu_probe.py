@@ -50,6 +50,10 @@ options:
     type: int
     default: 400000
     description: Each probe's stdout is cut to this many characters.
+  infiniband:
+    type: bool
+    default: false
+    description: Also read the InfiniBand ports (/sys/class/infiniband, and ibstat where installed).
 """
 
 RETURN = r"""
@@ -58,7 +62,9 @@ gpu_probe:
     commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
     stderr, seconds, timed_out, missing; kernel_log also lines), module_version, units
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
-    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, seconds.
+    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
+    name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
+    present, sysfs port values, ibstat), seconds.
   type: dict
 """
 
@@ -145,6 +151,36 @@ def fm_version(timeout):
     return ""
 
 
+def infiniband(timeout, limit, env):
+    """The HCAs' ports, for InfiniBand profiles: each port's state, phys_state, rate and
+    link_layer from /sys/class/infiniband (plain reads) and ibstat where it is installed.
+    present is False where the folder is absent: no HCA (or a container that sees none)."""
+    root = "/sys/class/infiniband"
+    if not os.path.isdir(root):
+        return {"present": False}
+    ports = {}
+    for folder in sorted(glob.glob(os.path.join(root, "*", "ports", "*"))):
+        values = {}
+        for key in ("state", "phys_state", "rate", "link_layer"):
+            try:
+                with open(os.path.join(folder, key)) as f:
+                    values[key] = f.read().strip()
+            except OSError:
+                values[key] = ""
+        ports[folder.split("/")[-3] + "/" + os.path.basename(folder)] = values
+    return {"present": True, "sysfs": ports, "ibstat": run(["ibstat"], timeout, limit, env)}
+
+
+def container():
+    """What systemd says this host is a container of ("podman", "docker", ...; "" on a machine):
+    /run/systemd/container, which systemd writes at boot inside a container."""
+    try:
+        with open("/run/systemd/container") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -157,6 +193,7 @@ def main():
             "exporter_unit": {"type": "str", "default": "dcgm-exporter.service"},
             "nccl_candidates": {"type": "list", "elements": "str", "default": []},
             "max_output_chars": {"type": "int", "default": 400000},
+            "infiniband": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -197,7 +234,11 @@ def main():
         "gpus_seen": gpus_seen,
         "nccl_binary": next((c for c in p["nccl_candidates"] if os.path.isfile(c) and os.access(c, os.X_OK)), ""),
         "dcgmi": bool(shutil.which("dcgmi", path=env["PATH"])),
+        "container": container(),
+        "peermem_loaded": os.path.isdir("/sys/module/nvidia_peermem"),
     }
+    if p["infiniband"]:
+        result["infiniband"] = infiniband(timeout, limit, env)
     result["seconds"] = round(time.monotonic() - started, 3)
     module.exit_json(changed=False, gpu_probe=result)
 
