@@ -58,7 +58,7 @@ gpu_probe:
     commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
     stderr, seconds, timed_out, missing; kernel_log also lines), module_version, units
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
-    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, seconds.
+    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, kernels (module_utils/kernels.py), seconds.
   type: dict
 """
 
@@ -71,6 +71,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -197,6 +198,7 @@ def main():
         "gpus_seen": gpus_seen,
         "nccl_binary": next((c for c in p["nccl_candidates"] if os.path.isfile(c) and os.access(c, os.X_OK)), ""),
         "dcgmi": bool(shutil.which("dcgmi", path=env["PATH"])),
+        "kernels": kernels.read(),
     }
     result["seconds"] = round(time.monotonic() - started, 3)
     module.exit_json(changed=False, gpu_probe=result)
