@@ -73,6 +73,27 @@ def test_lab_captures_are_read(tmp_path):
         assert "535.309.01" in host.nvidia_modules(entries), path.name
 
 
+def test_dkms_tree_reads_what_dkms_status_would_say(tmp_path):
+    # DKMS's own layout (dkms 3.0.10 on the lab host): <module>/<version>/{source,<kernel>/<arch>/module},
+    # and <module>/kernel-<kernel>-<arch> -> <version>/<kernel>/<arch> once installed.
+    mod = tmp_path / "nvidia-current"
+    (mod / "535.309.01").mkdir(parents=True)
+    (mod / "535.309.01" / "source").symlink_to("/usr/src/nvidia-current-535.309.01")
+    for kver in ("6.1.0-57-amd64", "6.1.0-58-amd64"):
+        (mod / "535.309.01" / kver / "x86_64" / "module").mkdir(parents=True)
+    (mod / "kernel-6.1.0-57-amd64-x86_64").symlink_to("535.309.01/6.1.0-57-amd64/x86_64")
+    (tmp_path / "rtl8852bu" / "1.19.3").mkdir(parents=True)  # not NVIDIA's
+    (tmp_path / "nvidia-old" / "470.1").mkdir(parents=True)   # added only
+    assert host.dkms_tree(str(tmp_path)) == {
+        "535.309.01": {"module": "nvidia-current", "kernels": {"6.1.0-57-amd64": "installed", "6.1.0-58-amd64": "built"}},
+        "470.1": {"module": "nvidia-old", "kernels": {}}}
+    assert host.module_states(host.dkms_tree(str(tmp_path)), "470.1", ["6.1.0-57-amd64"]) == {"6.1.0-57-amd64": "added"}
+    # The same answer as parsing `dkms status` of that state.
+    status = ("nvidia-current/535.309.01, 6.1.0-57-amd64, x86_64: installed\n"
+              "nvidia-current/535.309.01, 6.1.0-58-amd64, x86_64: built\n")
+    assert host.nvidia_modules(host.parse_dkms_status(status))["535.309.01"] == host.dkms_tree(str(tmp_path))["535.309.01"]
+
+
 def test_kernel_images_are_those_with_a_vmlinuz(tmp_path):
     boot, mods = tmp_path / "boot", tmp_path / "modules"
     for name in ("vmlinuz-6.1.0-41-amd64", "vmlinuz-6.1.0-40-amd64", "config-6.1.0-41-amd64", "initrd.img-6.1.0-41-amd64"):
