@@ -13,7 +13,7 @@ from typing import Any
 from provisioner.judge.checks import Check, failed, passed, skipped
 from provisioner.models import Profile
 
-NAME = "kernel modules"
+NAME = "dkms builds"
 
 
 def missing(profile: Profile, kernels: dict[str, Any]) -> dict[str, str]:
@@ -54,8 +54,8 @@ def judge_modules(profile: Profile, kernels: dict[str, Any] | None, *, before_up
                   f"{'; ' + why if why else ''}): booting it would leave the host without the NVIDIA driver. "
                   f"Fix: provision up (it runs dkms install {module}/{version} -k {kernel}, with linux-headers-{kernel})")
         if before_up:
-            checks.append(skipped(f"kernel {kernel}", detail.replace("Fix: provision up (it runs", "provision up builds "
-                                                                    "it now (")))
+            checks.append(skipped(f"kernel {kernel}", detail.replace("Fix: provision up (it runs ", "provision up "
+                                                                    "builds it now (")))
         else:
             checks.append(failed(f"kernel {kernel}", detail))
     return checks
