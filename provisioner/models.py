@@ -80,6 +80,16 @@ class Driver(Strict):
     source: Source = "cuda_repo"
     kernel_modules: Literal["proprietary", "open"] = "proprietary"
     persistence: bool = True
+    hold_kernel: bool = Field(
+        False, description="hold the installed kernel packages and fence them from unattended-upgrades, so no "
+                           "kernel arrives before the module is built for it")
+    # refuse by default: on a Secure Boot host nothing is installed that could not load, and
+    # no key or pending enrollment is created unless the profile asks; hosts without Secure
+    # Boot (most servers, every container) are not affected by it.
+    secure_boot: Literal["refuse", "sign", "prebuilt"] = Field(
+        "refuse", description="on a Secure Boot host: refuse it (preflight fails), sign the DKMS build with a "
+                              "machine owner key the role generates (enroll it at the next boot), or prebuilt "
+                              "(Ubuntu's signed precompiled modules; distro source only)")
 
     @model_validator(mode="after")
     def _version_in_branch(self) -> Driver:
@@ -336,6 +346,18 @@ class Profile(Strict):
             self.fabric_manager.enabled = self.hardware.interconnect == "nvswitch"
         if self.fabric_manager.enabled and self.fabric_manager.version is None:
             self.fabric_manager.version = self.driver.version
+        return self
+
+    @model_validator(mode="after")
+    def _prebuilt_modules_exist(self) -> Profile:
+        # Signed precompiled NVIDIA modules are Ubuntu's (linux-modules-nvidia-<branch>-server-<flavour>);
+        # Debian and NVIDIA's repository ship DKMS sources only.
+        if self.driver.secure_boot == "prebuilt" and (not self.os.startswith("ubuntu") or self.driver.source != "distro"):
+            raise ValueError(
+                f"driver.secure_boot: prebuilt needs Ubuntu's signed precompiled modules, which {self.os} with "
+                f"driver.source {self.driver.source} does not have (they come with os ubuntu-22.04/24.04 and "
+                "driver.source: distro); set driver.secure_boot: sign (DKMS signs the module with a machine owner "
+                "key) or refuse")
         return self
 
     @property

@@ -79,6 +79,7 @@ PLAY = """\
           toolkit: "{{ cuda_toolkit_packages }}"
           toolkit_patterns: "{{ cuda_toolkit_version_patterns }}"
           nvcc: "{{ cuda_toolkit_nvcc }}"
+          prebuilt: "{{ nvidia_driver_prebuilt_packages }}"
 """
 
 
@@ -149,6 +150,17 @@ def test_mirror_and_open_modules(tmp_path):
     got, out = _compute("rtx4090-dev", tmp_path, cuda_repo_base_url="http://mirror.example/cuda/repos/")
     assert got["driver"] == ["nvidia-driver-580-open"] and got["driver_glob"] == "580.95.05-1ubuntu1"
     assert "URIs: http://mirror.example/cuda/repos/ubuntu2204/x86_64/\n" in (out / "cuda.sources").read_text()
+
+
+def test_secure_boot_prebuilt_takes_ubuntus_signed_modules_without_dkms(tmp_path):
+    # Ubuntu's own driver (source distro) with driver.secure_boot: prebuilt: the no-DKMS driver
+    # and one signed precompiled module package per kernel flavour (5.15.0-91-generic -> generic).
+    got, _ = _compute("h100-train", tmp_path, nvidia_driver_source="distro", nvidia_driver_repo_pins={},
+                      nvidia_driver_secure_boot="prebuilt")
+    assert got["driver"] == ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server"]
+    assert got["prebuilt"] == ["linux-modules-nvidia-580-server-generic"]
+    got, _ = _compute("h100-train", tmp_path, nvidia_driver_source="distro", nvidia_driver_repo_pins={})
+    assert got["driver"] == ["nvidia-driver-580-server", "nvidia-dkms-580-server"]  # sign / refuse: DKMS
 
 
 def test_playbooks_pass_syntax_check():

@@ -63,6 +63,10 @@ def test_record_then_compare_names_exactly_what_moved(tmp_path: Path):
 def test_compare_without_a_record_says_so(tmp_path: Path):
     state = module({"action": "compare", "path": str(tmp_path / "none.fact")})["provisioner_state"]
     assert state["recorded"] is False and state["differences"] == []
+    # The same call reads this machine's kernels, DKMS and Secure Boot (module_utils/kernels.py).
+    kernels = state["kernels"]
+    assert kernels["running"] == os.uname().release and isinstance(kernels["images"], list)
+    assert kernels["secure_boot"]["state"] in ("enabled", "disabled", "no-efi", "unknown")
 
 
 def test_package_and_unit_differences_are_named():

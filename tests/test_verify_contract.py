@@ -6,6 +6,7 @@ and every judge function in verify.py must be reached from judge()."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -233,6 +234,7 @@ def test_the_probe_for_real_on_this_gpu_less_machine(tmp_path: Path):
     probe = result["gpu_probe"]
     assert probe["commands"]["nvidia_smi_xml"]["rc"] != 0  # no GPU here
     assert probe["commands"]["torch"]["ran"] is True and probe["gpus_seen"] == 0
+    assert probe["kernels"]["running"] == os.uname().release  # kernels and DKMS, read in the same call
     checks = names(verify.judge(profiles.load("h100-train").profile, {"probe": probe}))
     assert checks["nvidia-smi"].status == "fail"
     assert checks["driver module"].status == "fail"

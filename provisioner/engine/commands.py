@@ -19,6 +19,7 @@ from typing import Literal
 from provisioner import inventory as inventory_mod
 from provisioner import outputs
 from provisioner.errors import ProvisionError
+from provisioner.judge import kernels as kernels_mod
 from provisioner.judge import preflight as preflight_mod
 from provisioner import profiles
 from provisioner import role_specs
@@ -85,7 +86,7 @@ def new_run_dir(base: Path, command: str, profile: str) -> Path:
     raise ProvisionError("cannot create a run folder: 999 runs this second already", where=str(base), fix=fix)
 
 
-def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
+def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: str = "") -> None:
     """Merge one playbook's results into the per-host report."""
     by_name = {h.name: h for h in report.hosts}
     profile = target.loaded.profile
@@ -101,6 +102,9 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
             continue
         if step == "preflight":
             host.checks.extend(preflight_mod.judge(profile, result.reported.get("provisioner_preflight", {})))
+            kernels = (result.reported.get("provisioner_state") or {}).get("kernels")
+            host.checks.extend(kernels_mod.judge_secure_boot(profile, kernels))
+            host.checks.extend(kernels_mod.judge_modules(profile, kernels, before_up=command == "up"))
         elif step == "site":
             host.checks.extend(_reboot_check(result.reported.get("provisioner_reboot")))
             host.changed_tasks.extend(result.changed_tasks)
@@ -110,6 +114,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
         elif step == "check":
             state = result.reported.get("provisioner_state") or {}
             host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target, name))
+            host.checks.extend(kernels_mod.judge_modules(profile, state.get("kernels")))
             for item, detail in drift.state_drift(state):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
@@ -125,6 +130,8 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target) -> None:
         elif step == "verify":
             try:
                 host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
+                probe = (result.reported.get("provisioner_verify") or {}).get("probe") or {}
+                host.checks.extend(kernels_mod.judge_modules(profile, probe.get("kernels")))
             except Exception as exc:  # noqa: BLE001 - a judge bug fails this host's verify, the run goes on
                 host.checks.append(failed("verify", f"judging this host's verification report raised "
                                                     f"{type(exc).__name__}: {exc} (a bug: please report it with the "
@@ -253,7 +260,7 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
             playbook = {"deep-check": "site"}.get(step, step)
             run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
                                check=step == "deep-check", extravars=extravars, hook=hook, become=become)
-            _fold(report, step, run, target)
+            _fold(report, step, run, target, command)
             if step == "preflight" and command == "up" and not full:
                 in_sync = _skip_converged(report, run, target)
             if run.status in ("canceled", "timeout"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from provisioner.judge import kernels
 from provisioner.judge.checks import failed
 
 if TYPE_CHECKING:
@@ -23,8 +24,10 @@ def state_drift(state: dict) -> list[tuple[str, str]]:
 
 
 def in_recorded_state(state: dict, target: Target, host: str | None = None) -> bool:
-    """Converged with this very profile and nothing managed has moved since: no converge needed."""
-    return bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target, host)
+    """Converged with this very profile, nothing managed has moved since, and every installed
+    kernel has the driver's module (a kernel installed since needs one built): no converge needed."""
+    return (bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target, host)
+            and not kernels.missing(target.loaded.profile, state.get("kernels") or {}))
 
 
 def recorded_profile_check(recorded: dict, target: Target, host: str | None = None):

@@ -45,7 +45,9 @@ def judge(profile: Profile, facts: dict[str, Any]) -> list[Check]:
             checks.append((passed if found else failed)(label, f"{len(found)} device(s) found, profile needs at least one"))
 
     if container:
-        checks.append(skipped("kernel modules", f"a {facts['virtualization_type']} container: kernel-module work is skipped here"))
+        checks.append(skipped("kernel modules", f"a {facts['virtualization_type']} container: it runs the machine's kernel, so the "
+                                                "running kernel's headers, modprobe and reboot are skipped here (the "
+                                                "module is still built for kernel images installed in it)"))
     return checks
 
 

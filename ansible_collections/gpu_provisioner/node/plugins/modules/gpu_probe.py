@@ -64,7 +64,7 @@ gpu_probe:
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
-    present, sysfs port values, ibstat), seconds.
+    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), seconds.
   type: dict
 """
 
@@ -77,6 +77,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -236,6 +237,7 @@ def main():
         "dcgmi": bool(shutil.which("dcgmi", path=env["PATH"])),
         "container": container(),
         "peermem_loaded": os.path.isdir("/sys/module/nvidia_peermem"),
+        "kernels": kernels.read(),
     }
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)

@@ -43,7 +43,8 @@ RETURN = r"""
 provisioner_state:
   description: >-
     (compare) recorded (a record was found), profile and profile_sha256 from the record,
-    differences (kind, item, recorded, now per item that differs), dpkg_audit (dpkg --audit output).
+    differences (kind, item, recorded, now per item that differs), dpkg_audit (dpkg --audit output),
+    kernels (installed kernel images, dkms status, Secure Boot state: module_utils/kernels.py).
   type: dict
 """
 
@@ -54,6 +55,8 @@ from ansible.module_utils.basic import AnsibleModule
 # The reading and the comparison live in module_utils/state.py: the same code the node's
 # own checker (provision-state.timer, plain python3) runs, so both see the same drift.
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import KINDS, compare, load, read_state
+# The kernels, their DKMS-built NVIDIA modules and Secure Boot: judged by preflight and check.
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
 
 
 def main() -> None:
@@ -71,7 +74,7 @@ def main() -> None:
     p = module.params
     old = load(p["path"])
     if p["action"] == "compare":
-        module.exit_json(changed=False, provisioner_state=compare(p["path"]))
+        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read()))
 
     managed = {k: sorted({item for role in p["managed"] for item in role.get(k) or []}) for k in KINDS}
     same_spec = old is not None and all(
