@@ -50,6 +50,26 @@ options:
     type: int
     default: 400000
     description: Each probe's stdout is cut to this many characters.
+  preflight:
+    type: bool
+    default: false
+    description: >-
+      Also return C(provisioner_preflight) and C(provisioner_state) (what
+      gpu_provisioner.node.preflight_probe returns), so `provision up` makes one call per
+      host for preflight and verification; then C(in_recorded_state) says whether the
+      record matches C(expect_profile)/C(expect_sha256) with nothing moved since.
+  state_path:
+    type: path
+    default: /etc/ansible/facts.d/provisioner.fact
+    description: The state record (with preflight).
+  expect_profile:
+    type: str
+    default: ""
+    description: The profile's name the host should have recorded (with preflight).
+  expect_sha256:
+    type: str
+    default: ""
+    description: The profile's sha256 (with this host's overrides) the host should have recorded (with preflight).
 """
 
 RETURN = r"""
@@ -58,7 +78,14 @@ gpu_probe:
     commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
     stderr, seconds, timed_out, missing; kernel_log also lines), module_version, units
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
-    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, seconds.
+    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, seconds; with preflight,
+    also in_recorded_state.
+  type: dict
+provisioner_preflight:
+  description: With preflight, what provisioner/judge/preflight.py judges (see preflight_probe).
+  type: dict
+provisioner_state:
+  description: With preflight, the host compared with its record (see provisioner_state).
   type: dict
 """
 
@@ -71,6 +98,8 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -157,6 +186,10 @@ def main():
             "exporter_unit": {"type": "str", "default": "dcgm-exporter.service"},
             "nccl_candidates": {"type": "list", "elements": "str", "default": []},
             "max_output_chars": {"type": "int", "default": 400000},
+            "preflight": {"type": "bool", "default": False},
+            "state_path": {"type": "path", "default": "/etc/ansible/facts.d/provisioner.fact"},
+            "expect_profile": {"type": "str", "default": ""},
+            "expect_sha256": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -198,8 +231,17 @@ def main():
         "nccl_binary": next((c for c in p["nccl_candidates"] if os.path.isfile(c) and os.access(c, os.X_OK)), ""),
         "dcgmi": bool(shutil.which("dcgmi", path=env["PATH"])),
     }
+    extra = {}
+    if p["preflight"]:
+        state = compare(p["state_path"])
+        extra = {"provisioner_preflight": collect(module), "provisioner_state": state}
+        # Only steers whether the role runs its long probes now; the controller decides
+        # (provisioner/engine/drift.py in_recorded_state) which hosts are converged.
+        result["in_recorded_state"] = bool(
+            state["recorded"] and not state["differences"] and not state["dpkg_audit"]
+            and (state["profile"], state["profile_sha256"]) == (p["expect_profile"], p["expect_sha256"]))
     result["seconds"] = round(time.monotonic() - started, 3)
-    module.exit_json(changed=False, gpu_probe=result)
+    module.exit_json(changed=False, gpu_probe=result, **extra)
 
 
 if __name__ == "__main__":
