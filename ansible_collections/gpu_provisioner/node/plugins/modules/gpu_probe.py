@@ -234,7 +234,7 @@ def main():
     extra = {}
     if p["preflight"]:
         state = compare(p["state_path"])
-        extra = {"provisioner_preflight": collect(module), "provisioner_state": state}
+        extra = {"provisioner_preflight": collect(), "provisioner_state": state}
         # Only steers whether the role runs its long probes now; the controller decides
         # (provisioner/engine/drift.py in_recorded_state) which hosts are converged.
         result["in_recorded_state"] = bool(

@@ -11,7 +11,7 @@ module: preflight_probe
 short_description: Collect what provision preflight judges, in one call, changing nothing.
 description:
   - Returns C(provisioner_preflight) (distribution, distribution_version, kernel,
-    architecture, virtualization_type/role from Ansible's fact collectors; vcpus,
+    architecture, virtualization_type/role (module_utils/preflight_facts.py); vcpus,
     memtotal_mb from /proc; disk_free from df; lspci_rc and lspci; infiniband and nvme
     device paths) and C(provisioner_state) (the host compared with its record, as
     gpu_provisioner.node.provisioner_state action=compare returns it).
@@ -40,7 +40,7 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import 
 def main() -> None:
     module = AnsibleModule(argument_spec={"path": {"type": "path", "default": "/etc/ansible/facts.d/provisioner.fact"}},
                            supports_check_mode=True)
-    module.exit_json(changed=False, provisioner_preflight=collect(module),
+    module.exit_json(changed=False, provisioner_preflight=collect(),
                      provisioner_state=compare(module.params["path"]))
 
 
