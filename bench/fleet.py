@@ -10,8 +10,10 @@ converge of 100 hosts would take hours here). For each size N: start N clones (p
 bfleet<N>, workdir under /tmp), then --runs rounds of ping / check / verify / no-op up,
 interleaved so that load changes hit all alike; every command must exit 0. Prints each
 one's ratio to the ping round and to its own 1-host figure (when 1 is among the sizes), and
-where the no-op `up` of the largest size spends its time (seconds per task, summed over
-hosts, from its run record's runner events). Hosts and the image are removed at the end.
+where the no-op `up` spends its time: its wall time split at the runner's events (before
+the play starts: the CLI, validation, rendering, ansible-playbook's start; the play until
+its first task; the tasks; after the last task), the playbooks it ran, and for the
+largest size seconds per task summed over hosts. Hosts and the image are removed at the end.
 
 Goals (benchmark output, not timed tests): check <= 1.5x ping and no-op up <= 2x ping at
 every size; 100 hosts <= 10x one host.
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime as dt
+import json
 import statistics
 import subprocess
 import sys
@@ -49,7 +53,24 @@ def converged_image() -> str:
         lab.down(prefix, workdir, stop_cache=False)
 
 
-def bench(n: int, runs: int, image: str) -> tuple[dict[str, list[float]], collections.Counter]:
+def timeline(run_dir: Path, started: dt.datetime, seconds: float) -> dict[str, float]:
+    """One run's wall time split at its runner events (all its playbooks together)."""
+    events = [json.loads(p.read_text()) for p in run_dir.glob("artifacts/*/job_events/*.json")]
+    at = collections.defaultdict(list)
+    for e in events:
+        at[e["event"]].append(dt.datetime.fromisoformat(e["created"]))
+    end = started + dt.timedelta(seconds=seconds)
+    first_play = min(at["playbook_on_start"])
+    first_task = min(at["runner_on_start"], default=first_play)
+    last_task = max(at["runner_on_ok"] + at["runner_on_failed"] + at["runner_on_skipped"], default=first_task)
+
+    def span(a, b):
+        return round((b - a).total_seconds(), 2)
+    return {"before the play": span(started, first_play), "play start to first task": span(first_play, first_task),
+            "tasks": span(first_task, last_task), "after the last task": span(last_task, end)}
+
+
+def bench(n: int, runs: int, image: str) -> tuple[dict[str, list[float]], collections.Counter, dict]:
     prefix, workdir, runs_dir = f"bfleet{n}", Path(f"/tmp/bench-fleet-{n}"), Path(f"/tmp/bench-fleet-{n}-runs")
     try:
         started = lab.up(n, prefix, workdir, image=image)
@@ -59,14 +80,18 @@ def bench(n: int, runs: int, image: str) -> tuple[dict[str, list[float]], collec
         argv = {"ping": [ANSIBLE, "all", "-m", "ping", "-i", inv], "check": [PROVISION, "check", *common],
                 "verify": [PROVISION, "verify", *common], "up": [PROVISION, "up", *common]}
         times: dict[str, list[float]] = {key: [] for key in argv}
+        up_started = dt.datetime.now(dt.timezone.utc)
         for _ in range(runs):
             for key, cmd in argv.items():
+                started = dt.datetime.now(dt.timezone.utc)
                 times[key].append(timed(cmd))
+                up_started = started if key == "up" else up_started
         last_up = sorted(runs_dir.glob("*-up-*"))[-1]
         tasks = collections.Counter()
-        for step in ("preflight", "verify"):
+        playbooks = sorted(p.name for p in (last_up / "artifacts").iterdir())
+        for step in playbooks:
             tasks.update({f"{step}: {t}": s for t, s in task_seconds(last_up / "artifacts" / step).items()})
-        return times, tasks
+        return times, tasks, {"playbooks": playbooks, **timeline(last_up, up_started, times["up"][-1])}
     finally:
         lab.down(prefix, workdir, stop_cache=False)
 
@@ -84,14 +109,18 @@ def main() -> None:
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
     one = {key: statistics.median(results[1][0][key]) for key, _ in COMMANDS} if 1 in results else None
     print(f"{'hosts':>5}  {'command':32} {'median s':>9} {'min s':>7} {'x ping':>7} {'x 1 host':>9}   ({args.runs} run(s) each)")
-    for n, (times, _) in results.items():
+    for n, (times, _, _) in results.items():
         base = statistics.median(times["ping"])
         for key, name in COMMANDS:
             median = statistics.median(times[key])
             own = f"{median / one[key]:9.1f}" if one else f"{'-':>9}"
             print(f"{n:5}  {name:32} {median:9.1f} {min(times[key]):7.1f} {median / base:7.1f} {own}")
+    print("\nwhere the last no-op up spends its wall time (s; split at its runner events):")
+    for n, (times, _, split) in results.items():
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in split.items() if k != "playbooks")
+        print(f"  {n:5} host(s): {times['up'][-1]:.1f} s = {parts}; playbooks run: {' '.join(split['playbooks'])}")
     largest = max(results)
-    print_tasks(f"where the no-op up of {largest} host(s) spends its time", results[largest][1], 8)
+    print_tasks(f"where the no-op up of {largest} host(s) spends its task time", results[largest][1], 8)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Callable, Iterator
 
-import yaml
+from provisioner.yamlfile import load_data
 
 from provisioner import paths
 from provisioner.models import Profile
@@ -44,8 +44,8 @@ def version(text: str) -> tuple[int, ...]:
 
 @cache
 def matrix() -> dict:
-    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
-    generated = yaml.safe_load(GENERATED.read_text(encoding="utf-8"))
+    data = load_data(DATA.read_text(encoding="utf-8"))
+    generated = load_data(GENERATED.read_text(encoding="utf-8"))
     data["driver_branches"] = generated["driver_branches"]
     data["torch"] = generated["torch"]
     data["torch_arches"] = {**data["torch_arches"], **generated["torch_arches"]}

@@ -15,7 +15,7 @@ import difflib
 import functools
 from typing import Any
 
-import yaml
+from provisioner.yamlfile import load_data
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
@@ -28,7 +28,7 @@ def role_options() -> dict[str, dict[str, Any]]:
     """Each role's argument_specs options (main entry point), by role name."""
     out = {}
     for spec_file in sorted(paths.roles_dir().glob("*/meta/argument_specs.yml")):
-        specs = yaml.safe_load(spec_file.read_text(encoding="utf-8"))["argument_specs"]
+        specs = load_data(spec_file.read_text(encoding="utf-8"))["argument_specs"]
         out[spec_file.parents[1].name] = specs["main"].get("options") or {}
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-import yaml
+from provisioner.yamlfile import load_data
 
 from provisioner import paths
 from provisioner.models import Profile
@@ -18,7 +18,7 @@ MEMORY_SLACK = 0.92
 
 @cache
 def _data(name: str) -> dict:
-    return yaml.safe_load((paths.DATA_DIR / name).read_text(encoding="utf-8"))
+    return load_data((paths.DATA_DIR / name).read_text(encoding="utf-8"))
 
 
 def xid_catalog() -> dict:

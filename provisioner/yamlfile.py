@@ -10,6 +10,16 @@ import yaml
 from provisioner.errors import ProvisionError
 
 
+# libyaml's parser where PyYAML has it: the package's own data (the compatibility matrix,
+# the roles' argument specs) parses about 8x faster, which every command pays at start.
+_DATA_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_data(text: str) -> Any:
+    """Parse YAML the package ships (trusted, known good): safe, and fast."""
+    return yaml.load(text, Loader=_DATA_LOADER)  # noqa: S506 - a safe loader
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; syntax errors become ProvisionError naming file:line:column."""
     try:

@@ -33,13 +33,18 @@ from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbo
 Command = Literal["preflight", "up", "check", "verify"]
 STEPS: dict[str, tuple[str, ...]] = {
     "preflight": ("preflight",),
-    "up": ("preflight", "site", "verify"),
+    # survey: preflight and verification in one module call per host (playbooks/survey.yml);
+    # only the hosts not in their recorded state are then converged and verified.
+    "up": ("survey", "site", "verify"),
     "check": ("check",),
     "verify": ("verify",),
 }
 # `check --deep`: the whole converge play in check mode with diffs, instead of the one
 # module call that compares each host with the state recorded at its last converge.
 DEEP_CHECK = ("deep-check",)
+# `up --full` and a rollout converge every host, so verifying before the converge would be
+# wasted: plain preflight first.
+UP_CONVERGING = ("preflight", "site", "verify")
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
         if result.status in ("unreachable", "failed"):
             host.status = result.status
             continue
-        if step == "preflight":
+        if step in ("preflight", "survey"):  # the survey's verification: _fold_surveyed
             host.checks.extend(preflight_mod.judge(profile, result.reported.get("provisioner_preflight", {})))
             kernels = (result.reported.get("provisioner_state") or {}).get("kernels")
             host.checks.extend(kernels_mod.judge_secure_boot(profile, kernels))
@@ -128,16 +133,31 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
             if result.changed_tasks:
                 host.status = "drift"
         elif step == "verify":
-            try:
-                host.checks.extend(verify_mod.judge(profile, result.reported.get("provisioner_verify", {})))
-                probe = (result.reported.get("provisioner_verify") or {}).get("probe") or {}
-                host.checks.extend(kernels_mod.judge_modules(profile, probe.get("kernels")))
-            except Exception as exc:  # noqa: BLE001 - a judge bug fails this host's verify, the run goes on
-                host.checks.append(failed("verify", f"judging this host's verification report raised "
-                                                    f"{type(exc).__name__}: {exc} (a bug: please report it with the "
-                                                    "run folder)"))
+            host.checks.extend(_verify_checks(profile, result.reported))
     report.errors.extend(run.errors)
     report.hosts.sort(key=lambda h: h.name)
+
+
+def _verify_checks(profile, reported: dict):
+    try:
+        probe = (reported.get("provisioner_verify") or {}).get("probe") or {}
+        return (verify_mod.judge(profile, reported.get("provisioner_verify", {}))
+                + kernels_mod.judge_modules(profile, probe.get("kernels")))
+    except Exception as exc:  # noqa: BLE001 - a judge bug fails this host's verify, the run goes on
+        return [failed("verify", f"judging this host's verification report raised {type(exc).__name__}: {exc} "
+                                 "(a bug: please report it with the run folder)")]
+
+
+def _fold_surveyed(report: Report, run: PlaybookRun, target: Target, in_sync: set[str]) -> set[str]:
+    """The survey's verification, for the hosts whose converge is skipped and that passed
+    preflight: they are verified by that same call, not again after the converge step."""
+    surveyed = set()
+    for host in report.hosts:
+        result = run.hosts.get(host.name)
+        if host.name in in_sync and result and not host.broken and not any(c.status == "fail" for c in host.checks):
+            host.checks.extend(_verify_checks(target.loaded.profile, result.reported))
+            surveyed.add(host.name)
+    return surveyed
 
 
 def _reboot_check(reboot: dict | None):
@@ -201,6 +221,8 @@ def execute(
     old_umask = os.umask(0o077)
     try:
         steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
+        if command == "up" and (full or hooks):
+            steps = UP_CONVERGING
         if command == "verify" and (network or ddp):
             from provisioner.engine.network import test_address
 
@@ -238,6 +260,7 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
     report.write()  # "interrupted" until the last step says otherwise
     try:
         in_sync: set[str] = set()
+        surveyed: set[str] = set()  # verified by the survey already
         for step in steps:
             step_limit = limit if step == steps[0] else _healthy(report, limit)
             if hooks and step == "site":  # every healthy host rolls, even one whose converge is skipped
@@ -247,8 +270,9 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
                               playbook, inventory_dir, run_dir, limit=",".join(hosts), forks=forks,
                               extravars=extravars, hook=hook, become=become, ident=ident), hook)
                 break  # the rollout verified each batch itself
-            if step == "site" and in_sync:  # after preflight, so step_limit names the healthy hosts
-                step_limit = ",".join(h for h in (step_limit or "").split(",") if h and h not in in_sync)
+            done = {"site": in_sync, "verify": surveyed}.get(step)
+            if done:  # after preflight/survey, so step_limit names the healthy hosts
+                step_limit = ",".join(h for h in (step_limit or "").split(",") if h and h not in done)
             if step in ("network", "ddp"):  # across hosts: every host still reachable takes part
                 from provisioner.engine import across
 
@@ -261,8 +285,10 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
             run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
                                check=step == "deep-check", extravars=extravars, hook=hook, become=become)
             _fold(report, step, run, target, command)
-            if step == "preflight" and command == "up" and not full:
+            if step in ("preflight", "survey") and command == "up" and not full:
                 in_sync = _skip_converged(report, run, target)
+            if step == "survey":
+                surveyed = _fold_surveyed(report, run, target, in_sync)
             if run.status in ("canceled", "timeout"):
                 return report
             report.write()

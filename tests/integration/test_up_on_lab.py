@@ -118,11 +118,15 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_
     for host in full.hosts:
         checks = {c.name: c for c in host.checks}
         assert checks["gpus"].status == "pass" and "no GPU present" in checks["gpus"].detail
-    # The default: preflight finds each host in its recorded state and skips the converge.
+    # The default: the survey (preflight and verification in one module call per host)
+    # finds each host in its recorded state, skips the converge and verifies it from that
+    # same call: one playbook, nothing after it.
     second = run("up", inventory, tmp_path)
     assert second.exit_code == 0, second.as_dict()
+    assert sorted(p.name for p in (second.run_dir / "artifacts").iterdir()) == ["survey"]
     for host in second.hosts:
         assert host.changed_tasks == [] and any(c.name == "converge" and "skipped" in c.detail for c in host.checks)
+        assert {"os", "free disk", "driver module", "exporter metrics"} <= {c.name for c in host.checks}
 
     clean = run("check", inventory, tmp_path)
     assert clean.exit_code == 0, clean.as_dict()
@@ -181,6 +185,8 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_
 
     repaired = run("up", inventory, tmp_path, limit=victim)
     assert repaired.exit_code == 0, repaired.as_dict()
+    # A drifted host: surveyed, converged, then verified again after its converge.
+    assert sorted(p.name for p in (repaired.run_dir / "artifacts").iterdir()) == ["site", "survey", "verify"]
     assert podman("exec", victim, "dpkg-query", "-W", "-f=${Version}", "nvidia-legacy-check").stdout.startswith(DRIVER + "-")
     assert "nvidia-smi" in podman("exec", victim, "apt-mark", "showhold").stdout.split()
     assert podman("exec", victim, "systemctl", "is-enabled", "nvidia-persistenced").stdout.strip() == "enabled"

@@ -54,6 +54,26 @@ options:
     type: bool
     default: false
     description: Also read the InfiniBand ports (/sys/class/infiniband, and ibstat where installed).
+  preflight:
+    type: bool
+    default: false
+    description: >-
+      Also return C(provisioner_preflight) and C(provisioner_state) (what
+      gpu_provisioner.node.preflight_probe returns), so `provision up` makes one call per
+      host for preflight and verification; then C(in_recorded_state) says whether the
+      record matches C(expect_profile)/C(expect_sha256) with nothing moved since.
+  state_path:
+    type: path
+    default: /etc/ansible/facts.d/provisioner.fact
+    description: The state record (with preflight).
+  expect_profile:
+    type: str
+    default: ""
+    description: The profile's name the host should have recorded (with preflight).
+  expect_sha256:
+    type: str
+    default: ""
+    description: The profile's sha256 (with this host's overrides) the host should have recorded (with preflight).
 """
 
 RETURN = r"""
@@ -64,7 +84,14 @@ gpu_probe:
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
-    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), seconds.
+    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), seconds; with
+    preflight, also in_recorded_state.
+  type: dict
+provisioner_preflight:
+  description: With preflight, what provisioner/judge/preflight.py judges (see preflight_probe).
+  type: dict
+provisioner_state:
+  description: With preflight, the host compared with its record, and its kernels (see provisioner_state).
   type: dict
 """
 
@@ -78,6 +105,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -195,6 +224,10 @@ def main():
             "nccl_candidates": {"type": "list", "elements": "str", "default": []},
             "max_output_chars": {"type": "int", "default": 400000},
             "infiniband": {"type": "bool", "default": False},
+            "preflight": {"type": "bool", "default": False},
+            "state_path": {"type": "path", "default": "/etc/ansible/facts.d/provisioner.fact"},
+            "expect_profile": {"type": "str", "default": ""},
+            "expect_sha256": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -241,8 +274,18 @@ def main():
     }
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)
+    extra = {}
+    if p["preflight"]:
+        # The same reading provisioner_state's compare gives preflight and check.
+        state = dict(compare(p["state_path"]), kernels=result["kernels"])
+        extra = {"provisioner_preflight": collect(), "provisioner_state": state}
+        # Only steers whether the role runs its long probes now; the controller decides
+        # (provisioner/engine/drift.py in_recorded_state) which hosts are converged.
+        result["in_recorded_state"] = bool(
+            state["recorded"] and not state["differences"] and not state["dpkg_audit"]
+            and (state["profile"], state["profile_sha256"]) == (p["expect_profile"], p["expect_sha256"]))
     result["seconds"] = round(time.monotonic() - started, 3)
-    module.exit_json(changed=False, gpu_probe=result)
+    module.exit_json(changed=False, gpu_probe=result, **extra)
 
 
 if __name__ == "__main__":
