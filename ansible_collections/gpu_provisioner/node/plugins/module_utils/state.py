@@ -146,11 +146,79 @@ def load(path: str) -> dict | None:
 
 def compare(path: str = RECORD) -> dict:
     """The host against its record: recorded (whether a record was found), the profile and
-    its sha256 from the record, differences, dpkg_audit. Reads only; changes nothing."""
+    its sha256 from the record, differences, dpkg_audit, previous (the record's previous
+    profile, or None) and components (what each role recorded). Reads only; changes nothing."""
     old = load(path)
     if old is None:
-        return {"recorded": False, "profile": "", "profile_sha256": "", "differences": [], "dpkg_audit": dpkg_audit()}
+        return {"recorded": False, "profile": "", "profile_sha256": "", "differences": [], "dpkg_audit": dpkg_audit(),
+                "previous": None, "components": {}}
     state = old.get("state") or {}
     managed = {k: sorted(state.get(k, {})) for k in KINDS}
     return {"recorded": True, "profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
-            "differences": differences(state, read_state(managed)), "dpkg_audit": dpkg_audit()}
+            "differences": differences(state, read_state(managed)), "dpkg_audit": dpkg_audit(),
+            # What `provision up --rollback` returns to, and what check compares with the profile's components.
+            "previous": old.get("previous"), "components": components_on(old)}
+
+
+# Day two (issue 22): what a converge installed itself, the previous profile, and what a
+# component the profile no longer has leaves behind. Pure functions over records; the
+# provisioner_state module does the reading and the changes.
+
+def installed_packages() -> list[str]:
+    """Every package dpkg has installed now (one dpkg-query): taken before the roles run,
+    so the record can tell what a converge installed from what was there before it."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}|${Package}\n"],
+                         capture_output=True, text=True, check=False).stdout
+    return sorted({line.split("|", 1)[1] for line in out.splitlines() if line[1:2] == "i" and "|" in line})
+
+
+def merge(components: dict[str, dict]) -> dict[str, list[str]]:
+    """The roles' managed items, merged into one sorted list per kind."""
+    return {k: sorted({item for role in components.values() for item in role.get(k) or []}) for k in KINDS}
+
+
+def ours(old: dict | None, managed: dict[str, list[str]], installed_before: list[str] | None) -> list[str]:
+    """The managed packages a converge of ours installed: recorded as ours before and still
+    managed, or not installed when this converge began. Unknown (no snapshot): only what
+    the record already says, so a package that was there before us is never taken for ours."""
+    names = set(managed.get("held_packages", [])) | set(managed.get("packages", []))
+    kept = set((old or {}).get("ours") or []) & names
+    if installed_before is None:
+        return sorted(kept)
+    return sorted(kept | (names - set(installed_before)))
+
+
+def previous(old: dict | None, profile_sha256: str) -> dict | None:
+    """What a rollback returns to: the last record with another profile. A converge with the
+    same profile keeps the previous one it had; with a new profile, the old record becomes it."""
+    if not old:
+        return None
+    if old.get("profile_sha256") == profile_sha256:
+        return old.get("previous")
+    held = {name: (state or {}).get("version") for name, state in ((old.get("state") or {}).get("held_packages") or {}).items()}
+    return {"profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
+            "profile_yaml": old.get("profile_yaml", ""), "held_packages": {k: v for k, v in held.items() if v}}
+
+
+def leftovers(old: dict | None, managed: dict[str, list[str]]) -> dict:
+    """What the last converge managed and this one no longer does (a component turned off or
+    dropped): units to stop and disable, holds to release, packages to purge (only those
+    we installed), files to remove (a role lists only files it writes), and packages left
+    because they were there before us. Also the components they belonged to."""
+    if not old:
+        return {"units": [], "unhold": [], "purge": [], "files": [], "kept": [], "components": []}
+    state = old.get("state") or {}
+    gone = {k: sorted(set(state.get(k) or {}) - set(managed.get(k, []))) for k in ("held_packages", "packages", "files",
+                                                                                   "units")}
+    mine = set(old.get("ours") or [])
+    packages = sorted(set(gone["held_packages"]) | set(gone["packages"]))
+    components = sorted(role for role, items in (old.get("components") or {}).items()
+                        if any(set(items.get(k) or []) & set(gone[k]) for k in gone))
+    return {"units": gone["units"], "unhold": gone["held_packages"], "purge": [p for p in packages if p in mine],
+            "files": gone["files"], "kept": [p for p in packages if p not in mine], "components": components}
+
+
+def components_on(record: dict | None) -> dict[str, dict]:
+    """The record's components that manage anything (role -> its items)."""
+    return {role: items for role, items in ((record or {}).get("components") or {}).items()
+            if any(items.get(k) for k in KINDS)}
