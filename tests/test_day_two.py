@@ -103,7 +103,19 @@ def test_the_module_records_components_ours_and_previous_and_retire_removes_our_
     assert saved["previous"]["profile"] == "p" and saved["previous"]["profile_yaml"] == "name: p\n"
     assert module(off)["changed"] is False  # retired once
     compared = module({"action": "compare", "path": str(record)})["provisioner_state"]
-    assert compared["previous"]["profile_sha256"] == "sha-p" and set(compared["components"]) == {"common"}
+    assert compared["rollback_to"]["profile_sha256"] == "sha-p" and set(compared["components"]) == {"common"}
+
+    # A converge with profile r begins (snapshot) and fails before its record: the host is
+    # between q and r, and a rollback returns it to q, the profile on its record.
+    assert module({"action": "snapshot", "path": str(record), "profile": "r", "profile_sha256": "sha-r"})["installed"]
+    halfway = module({"action": "compare", "path": str(record)})["provisioner_state"]
+    assert halfway["pending"] == {"profile": "r", "profile_sha256": "sha-r"}
+    assert halfway["rollback_to"]["profile"] == "q" and halfway["rollback_to"]["profile_yaml"] == "name: q\n"
+    # Converged with q again: the record is written (pending cleared), q's previous kept.
+    redo = dict(off, action="record", profile="q", profile_sha256="sha-q", profile_yaml="name: q\n")
+    assert module(redo)["changed"] is True and module(redo)["changed"] is False
+    settled = module({"action": "compare", "path": str(record)})["provisioner_state"]
+    assert settled["pending"] is None and settled["rollback_to"]["profile"] == "p"
 
 
 def test_check_names_a_component_the_profile_turned_off():
@@ -121,19 +133,19 @@ def test_check_names_a_component_the_profile_turned_off():
 
 def test_rollback_refuses_hosts_without_a_previous_profile_by_name():
     with pytest.raises(ProvisionError) as err:
-        rollback.choose({"gpu-1": {"recorded": True, "previous": None}, "gpu-2": {"recorded": False},
-                         "gpu-3": {"recorded": True, "previous": {"profile_yaml": "name: a\n"}}}, "run")
+        rollback.choose({"gpu-1": {"recorded": True, "rollback_to": None}, "gpu-2": {"recorded": False},
+                         "gpu-3": {"recorded": True, "rollback_to": {"profile_yaml": "name: a\n"}}}, "run")
     assert "gpu-1" in str(err.value) and "gpu-2" in str(err.value) and "gpu-3" not in str(err.value)
     assert "nothing was touched" in str(err.value)
 
 
 def test_rollback_refuses_hosts_that_ran_different_profiles_before_naming_each_group():
-    a = {"recorded": True, "previous": {"profile": "a", "profile_sha256": "1", "profile_yaml": "name: a\n"}}
-    b = {"recorded": True, "previous": {"profile": "b", "profile_sha256": "2", "profile_yaml": "name: b\n"}}
+    a = {"recorded": True, "rollback_to": {"profile": "a", "profile_sha256": "1", "profile_yaml": "name: a\n"}}
+    b = {"recorded": True, "rollback_to": {"profile": "b", "profile_sha256": "2", "profile_yaml": "name: b\n"}}
     with pytest.raises(ProvisionError) as err:
         rollback.choose({"gpu-1": a, "gpu-2": b, "gpu-3": a}, "run")
     assert "--limit gpu-1,gpu-3 (back to 'a')" in str(err.value) and "--limit gpu-2 (back to 'b')" in str(err.value)
-    assert rollback.choose({"gpu-1": a, "gpu-3": a}, "run") == (a["previous"], ["gpu-1", "gpu-3"])
+    assert rollback.choose({"gpu-1": a, "gpu-3": a}, "run") == (a["rollback_to"], ["gpu-1", "gpu-3"])
 
 
 def test_the_rendered_profile_yaml_loads_back_to_the_same_profile(tmp_path: Path):

@@ -7,6 +7,9 @@ with the one-call check play (changes nothing), writes that profile into a run f
 and hands it to an ordinary `up`, so holds, pins, files and units come back as that
 profile's converge makes them, with --batch/--drain/--gate as for any rollout.
 
+A host whose converge with the new profile began and failed halfway (a failed batch) has
+its record marked `pending`: it goes back to the profile it has on record.
+
 One profile per rollback: hosts whose previous profiles differ are refused, named, with
 the --limit that rolls each group back. A host with no previous profile (converged once,
 or never) is refused by name before anything is touched.
@@ -32,11 +35,12 @@ class Previous:
 
 
 def choose(states: dict[str, dict], where: str) -> tuple[dict, list[str]]:
-    """The one previous record the hosts share (pure: host -> provisioner_state compare's
-    result). Raises ProvisionError naming the hosts that have none, or the groups whose
+    """The one profile the hosts go back to (pure: host -> provisioner_state compare's
+    result, whose rollback_to is the previous record, or the host's own record when a
+    converge with another profile began and did not finish). Raises ProvisionError naming the hosts that have none, or the groups whose
     previous profiles differ."""
     never = sorted(h for h, s in states.items() if not s.get("recorded"))
-    none = sorted(h for h, s in states.items() if s.get("recorded") and not (s.get("previous") or {}).get("profile_yaml"))
+    none = sorted(h for h, s in states.items() if s.get("recorded") and not (s.get("rollback_to") or {}).get("profile_yaml"))
     if never or none:
         what = "; ".join(filter(None, [
             f"never converged by provision: {', '.join(never)}" if never else "",
@@ -47,14 +51,14 @@ def choose(states: dict[str, dict], where: str) -> tuple[dict, list[str]]:
                                               "you want (provision up --profile ...)")
     groups: dict[str, list[str]] = {}
     for host, state in sorted(states.items()):
-        groups.setdefault(state["previous"].get("profile_sha256", ""), []).append(host)
+        groups.setdefault(state["rollback_to"].get("profile_sha256", ""), []).append(host)
     if len(groups) > 1:
-        listed = "; ".join(f"--limit {','.join(hosts)} (back to {states[hosts[0]]['previous'].get('profile')!r})"
+        listed = "; ".join(f"--limit {','.join(hosts)} (back to {states[hosts[0]]['rollback_to'].get('profile')!r})"
                            for hosts in groups.values())
         raise ProvisionError(f"the hosts ran different profiles before their last change: {listed}; nothing was touched",
                              where=where, fix="roll each group back on its own with the --limit shown")
     (hosts,) = groups.values()
-    return states[hosts[0]]["previous"], hosts
+    return states[hosts[0]]["rollback_to"], hosts
 
 
 def previous_profile(target, runs_dir: Path, *, limit: str | None, forks: int | None, become: Become | None,
@@ -79,5 +83,5 @@ def previous_profile(target, runs_dir: Path, *, limit: str | None, forks: int | 
     path = outputs.write_file(run_dir / "previous-profile.yml",
                               f"# The profile {', '.join(hosts)} ran before their last change (their state record).\n"
                               + chosen["profile_yaml"], mode=0o600, what="previous profile")
-    held = {h: {k: str(v) for k, v in (states[h]["previous"].get("held_packages") or {}).items()} for h in hosts}
+    held = {h: {k: str(v) for k, v in (states[h]["rollback_to"].get("held_packages") or {}).items()} for h in hosts}
     return Previous(str(chosen.get("profile", "")), str(chosen.get("profile_sha256", "")), path, tuple(hosts), held)

@@ -146,18 +146,19 @@ def load(path: str) -> dict | None:
 
 def compare(path: str = RECORD) -> dict:
     """The host against its record: recorded (whether a record was found), the profile and
-    its sha256 from the record, differences, dpkg_audit, previous (the record's previous
-    profile, or None) and components (what each role recorded). Reads only; changes nothing."""
+    its sha256 from the record, differences, dpkg_audit, rollback_to (the profile a rollback
+    returns to, or None), pending (a converge with another profile that began and did not
+    finish) and components (what each role recorded). Reads only; changes nothing."""
     old = load(path)
     if old is None:
         return {"recorded": False, "profile": "", "profile_sha256": "", "differences": [], "dpkg_audit": dpkg_audit(),
-                "previous": None, "components": {}}
+                "rollback_to": None, "pending": None, "components": {}}
     state = old.get("state") or {}
     managed = {k: sorted(state.get(k, {})) for k in KINDS}
     return {"recorded": True, "profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
             "differences": differences(state, read_state(managed)), "dpkg_audit": dpkg_audit(),
             # What `provision up --rollback` returns to, and what check compares with the profile's components.
-            "previous": old.get("previous"), "components": components_on(old)}
+            "rollback_to": rollback_to(old), "pending": old.get("pending"), "components": components_on(old)}
 
 
 # Day two (issue 22): what a converge installed itself, the previous profile, and what a
@@ -198,6 +199,18 @@ def previous(old: dict | None, profile_sha256: str) -> dict | None:
     held = {name: (state or {}).get("version") for name, state in ((old.get("state") or {}).get("held_packages") or {}).items()}
     return {"profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
             "profile_yaml": old.get("profile_yaml", ""), "held_packages": {k: v for k, v in held.items() if v}}
+
+
+def rollback_to(old: dict | None) -> dict | None:
+    """What `up --rollback` returns this host to. Normally the previous record; but when a
+    converge with another profile began and never recorded its end (`pending`: it failed
+    halfway, as in a failed batch), the host is between the two, and its own record's
+    profile is the one to go back to."""
+    if not old:
+        return None
+    if old.get("pending"):
+        return previous(old, "")  # the record itself, as previous() keeps it
+    return old.get("previous")
 
 
 def leftovers(old: dict | None, managed: dict[str, list[str]]) -> dict:

@@ -17,7 +17,9 @@ description:
     difference, plus packages dpkg left half-configured. It changes nothing. One call
     per host replaces a whole check-mode play for C(provision check).
   - C(snapshot) (start of a converge) returns the packages installed before the roles run,
-    so C(record) can keep which managed packages we installed (C(ours)).
+    so C(record) can keep which managed packages we installed (C(ours)); given another
+    profile than the record's, it marks the record C(pending) until C(record) ends the
+    converge (a rollback of a host left halfway returns it to its recorded profile).
   - C(retire) (end of a converge, before C(record)) removes what the last record managed
     and no role manages now (a component turned off or dropped from the profile): stops and
     disables its units, releases its holds, purges the packages we installed (never one
@@ -86,6 +88,16 @@ def _components(p: dict) -> dict[str, dict]:
             for name, item in zip(names, p["managed"])}
 
 
+def _write(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
 def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:
     gone = leftovers(old, managed)
     todo = any(gone[k] for k in ("units", "unhold", "purge", "files"))
@@ -138,6 +150,11 @@ def main() -> None:
     if p["action"] == "compare":
         module.exit_json(changed=False, provisioner_state=compare(p["path"]))
     if p["action"] == "snapshot":
+        if old is not None and p["profile_sha256"] and old.get("profile_sha256") != p["profile_sha256"] \
+                and not module.check_mode:
+            # A converge with another profile begins: until its record is written, a rollback
+            # returns this host to the profile it has on record (module_utils/state.py rollback_to).
+            _write(p["path"], {**old, "pending": {"profile": p["profile"], "profile_sha256": p["profile_sha256"]}})
         module.exit_json(changed=False, installed=installed_packages())
 
     try:
@@ -156,15 +173,9 @@ def main() -> None:
     new = {"profile": p["profile"], "profile_sha256": p["profile_sha256"], "state": read_state(managed),
            "components": components, "ours": ours(old, managed, p["installed_before"]),
            "profile_yaml": p["profile_yaml"], "previous": previous(old, p["profile_sha256"])}
-    if old is not None and {k: old.get(k) for k in new} == new:
+    if old is not None and not old.get("pending") and {k: old.get(k) for k in new} == new:
         module.exit_json(changed=False)
-    os.makedirs(os.path.dirname(p["path"]), exist_ok=True)
-    tmp = p["path"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(new, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, p["path"])
+    _write(p["path"], new)
     module.exit_json(changed=True, diff={"before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
                                          "after": json.dumps(new, indent=2, sort_keys=True) + "\n"})
 
