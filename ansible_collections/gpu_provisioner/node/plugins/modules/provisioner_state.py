@@ -110,9 +110,10 @@ def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:
         if rc not in ok:
             module.fail_json(msg=f"{' '.join(argv)} failed (exit {rc}): {(err or out).strip()[-2000:]}", **result)
 
-    if gone["units"]:
-        # A unit whose package is already gone is "not loaded": nothing to stop (exit 5).
-        run(["systemctl", "disable", "--now", "--", *gone["units"]], ok=(0, 1, 5))
+    for unit in gone["units"]:
+        # One at a time: a unit its role removed already (or whose package is gone) fails to
+        # disable ("does not exist", exit 1) and must not keep the others running.
+        run(["systemctl", "disable", "--now", "--", unit], ok=(0, 1, 5))
     if gone["unhold"]:
         run(["apt-mark", "unhold", *gone["unhold"]])
     if gone["purge"]:
