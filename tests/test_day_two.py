@@ -16,7 +16,7 @@ from provisioner.engine import commands, drift, rollback
 from provisioner.errors import ProvisionError
 from provisioner.render import role_vars
 
-from ansible_collections.gpu_provisioner.node.plugins.filter.apt import pins_moving, units_active
+from ansible_collections.gpu_provisioner.node.plugins.filter.apt import moving_together, pins_moving, units_active
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import state
 
 from .conftest import PLAYBOOKS, REPO
@@ -168,6 +168,11 @@ def test_a_driver_change_moves_only_installed_packages_and_stops_only_running_ho
     pins = {"nvidia-driver-580": "580.95.05-1", "nvidia-fabricmanager-580": "580.95.05-1", "libnvidia-new": "1"}
     installed = {"nvidia-driver-580": "580.65.06-1", "nvidia-fabricmanager-580": "580.95.05-1"}
     assert pins_moving(pins, installed) == ["nvidia-driver-580"]
+    # What the lab's first roll met: the driver's dependencies held at its old revision.
+    held = ["nvidia-driver-580", "libnvidia-compute-580", "nvidia-fabricmanager", "curl"]
+    old = {"nvidia-driver-580": "580.65.06-0ubuntu1", "libnvidia-compute-580": "580.65.06-0ubuntu1",
+           "nvidia-fabricmanager": "580.65.06-1", "curl": "7.88.1-10"}
+    assert moving_together(held, old, ["nvidia-driver-580"]) == ["libnvidia-compute-580", "nvidia-driver-580"]
     # `systemctl show -p Id -p ActiveState -- ...` as systemd 252 prints it, a missing unit included.
     shown = ("Id=nvidia-persistenced.service\nActiveState=active\n\nId=nvidia-fabricmanager.service\n"
              "ActiveState=inactive\n\nId=nv-hostengine.service\nActiveState=inactive\n\n"

@@ -155,6 +155,15 @@ def pins_moving(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
     return sorted(name for name, version in pins.items() if installed.get(name) not in (None, version))
 
 
+def moving_together(held: list[str], installed: dict[str, str], moving: list[str]) -> list[str]:
+    """The held packages installed at the version of a package that moves (the old driver's
+    revision): the driver's own dependencies, which must be released to move with it (apt
+    keeps a held package where it is and then refuses the move). A package of another role
+    at another revision (fabric manager's 580.65.06-1) stays held."""
+    versions = {installed[name] for name in moving if name in installed}
+    return sorted(name for name in held if installed.get(name) in versions)
+
+
 def units_active(lines: list[str]) -> list[str]:
     """The units `systemctl show -p Id -p ActiveState -- UNIT...` says are running (or
     starting); a unit that does not exist reads `inactive` and is left out."""
@@ -212,5 +221,6 @@ class FilterModule:
             "pins_unmet": pins_unmet,
             "pins_moving": pins_moving,
             "units_active": units_active,
+            "moving_together": moving_together,
             "apt_preferences": apt_preferences,
         }
