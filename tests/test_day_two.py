@@ -196,3 +196,23 @@ def test_check_folds_a_turned_off_component_into_drift(tmp_path: Path):
     (h,) = report.hosts
     assert h.status == "drift" and h.changed_tasks == ["component dcgm_exporter is off in the profile"]
     assert report.exit_code == 2
+
+
+def test_a_purge_never_takes_a_package_that_a_staying_package_depends_on():
+    """The lab's roll met it: after 580.65.06 -> 580.95.05 the old driver's companions left
+    the driver's managed set while the new driver still depends on them."""
+    installed = {
+        "nvidia-driver-580": (["nvidia-persistenced", "libnvidia-compute-580", "nvidia-modprobe"], []),
+        "nvidia-persistenced": (["libc6"], []), "nvidia-modprobe": (["libc6"], []),
+        "datacenter-gpu-manager-exporter": (["datacenter-gpu-manager-4-core"], []),
+        "datacenter-gpu-manager-4-core": (["libc6"], ["datacenter-gpu-manager"]),
+        "tool": (["datacenter-gpu-manager"], []),  # depends on what the core provides
+        "libc6": ([], []), "libnvidia-compute-580": ([], []),
+    }
+    assert state.purgeable(["nvidia-modprobe", "nvidia-persistenced"], installed) == (
+        [], ["nvidia-modprobe", "nvidia-persistenced"])
+    both = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-exporter"]
+    assert state.purgeable(both, installed) == (["datacenter-gpu-manager-exporter"], ["datacenter-gpu-manager-4-core"])
+    del installed["tool"]
+    assert state.purgeable(both + ["not-installed"], installed) == (both, ["not-installed"])
+    assert state._names("a (>= 1), b | c:any, ") == ["a", "b", "c"]

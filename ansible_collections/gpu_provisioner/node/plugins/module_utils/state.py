@@ -173,6 +173,44 @@ def installed_packages() -> list[str]:
     return sorted({line.split("|", 1)[1] for line in out.splitlines() if line[1:2] == "i" and "|" in line})
 
 
+def dependencies() -> dict[str, tuple[list[str], list[str]]]:
+    """package -> (the names its Depends and Pre-Depends mention, what it Provides), for every
+    installed package (one dpkg-query)."""
+    # Tabs between the fields: a Depends field holds '|' (alternatives), never a tab.
+    out = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}\t${Package}\t${Depends}, ${Pre-Depends}\t${Provides}\n"],
+                         capture_output=True, text=True, check=False).stdout
+    found = {}
+    for line in out.splitlines():
+        abbrev, name, depends, provides = (line.split("\t", 3) + ["", "", "", ""])[:4]
+        if abbrev[1:2] == "i":
+            found[name] = (_names(depends), _names(provides))
+    return found
+
+
+def _names(field: str) -> list[str]:
+    """The package names a Depends/Provides field mentions (alternatives, versions and
+    architecture qualifiers dropped): `a (>= 1), b | c:any` -> a, b, c."""
+    return [alt.split("(")[0].split(":")[0].strip() for group in field.split(",") for alt in group.split("|")
+            if alt.split("(")[0].strip()]
+
+
+def purgeable(candidates: list[str], installed: dict[str, tuple[list[str], list[str]]]) -> tuple[list[str], list[str]]:
+    """Which candidates a purge may take without breaking a package that stays: a candidate a
+    staying package depends on (by name or by what it provides) stays too, and so on until
+    nothing more stays. Returns (purge, still needed). A driver change moves some companion
+    packages out of the driver's managed set while the new driver still depends on them."""
+    purge = set(candidates) & set(installed)
+    while True:
+        needed = set()
+        for name, (depends, _) in installed.items():
+            if name not in purge:
+                needed |= set(depends)
+        keep = {c for c in purge if c in needed or set(installed[c][1]) & needed}
+        if not keep:
+            return sorted(purge), sorted(set(candidates) - purge)
+        purge -= keep
+
+
 def merge(components: dict[str, dict]) -> dict[str, list[str]]:
     """The roles' managed items, merged into one sorted list per kind."""
     return {k: sorted({item for role in components.values() for item in role.get(k) or []}) for k in KINDS}

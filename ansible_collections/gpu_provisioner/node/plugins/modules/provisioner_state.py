@@ -77,7 +77,7 @@ from ansible.module_utils.basic import AnsibleModule
 # The reading and the comparison live in module_utils/state.py: the same code the node's
 # own checker (provision-state.timer, plain python3) runs, so both see the same drift.
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
-    KINDS, compare, installed_packages, leftovers, load, merge, ours, previous, read_state)
+    KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state)
 
 
 def _components(p: dict) -> dict[str, dict]:
@@ -116,6 +116,10 @@ def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:
         run(["systemctl", "disable", "--now", "--", unit], ok=(0, 1, 5))
     if gone["unhold"]:
         run(["apt-mark", "unhold", *gone["unhold"]])
+    if gone["purge"]:
+        # Never one that a package staying depends on (a driver change leaves the old
+        # driver's companions to the new one): those are only unheld, named as needed.
+        gone["purge"], gone["needed"] = purgeable(gone["purge"], dependencies())
     if gone["purge"]:
         run(["apt-get", "purge", "-y", "-q", "--allow-change-held-packages", *gone["purge"]])
     # A file a package ships (its conffile, which we edited) is the package's: purged with
