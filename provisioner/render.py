@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import compat, outputs, packages, paths, skus
+from provisioner import compat, outputs, packages, paths, profiles, skus
 from provisioner.ansible_data import dump_unsafe
 from provisioner.inventory import Inventory, to_yaml_inventory
 from provisioner.models import Profile
@@ -30,6 +30,7 @@ HEADER = "# Rendered by `provision render` from profile {name} (sha256 {digest})
 # unless the profile lists the variable in `inventory_overrides`.
 PROFILE_FIELD: dict[str, str] = {
     "provisioner_profile": "name", "provisioner_profile_sha256": "(the profile itself)", "provisioner_os": "os",
+    "provisioner_profile_yaml": "(the profile itself)",
     "provisioner_expects_gpu": "hardware.gpu.count", "provisioner_reboot_allowed": "reboot.allowed",
     "provisioner_reboot_timeout": "reboot.timeout_s", "common_extra_ca_certificates": "mirrors.ca_certificates",
     "common_apt_proxy": "mirrors.apt_proxy",
@@ -123,6 +124,8 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
     out: dict[str, Any] = {
         "provisioner_profile": p.name,
         "provisioner_profile_sha256": loaded.digest,
+        # The resolved profile, kept in the host's state record: what `up --rollback` returns to.
+        "provisioner_profile_yaml": profiles.to_yaml(p),
         "provisioner_os": p.os,
         "provisioner_expects_gpu": p.expects_gpu,
         "provisioner_reboot_allowed": p.reboot.allowed,

@@ -174,7 +174,11 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
                                "command may run before it is killed and counts as failed.")] = HOOK_TIMEOUT,
        resume: Annotated[Optional[Path], typer.Option("--resume", help="Resume the rollout that stopped in this run "
                          "folder: its failed and untouched hosts, with its batch, max-fail and hooks unless "
-                         "given again.")] = None) -> None:
+                         "given again.")] = None,
+       rollback: Annotated[bool, typer.Option("--rollback", help="Return the hosts to the profile they ran before "
+                           "their last change (kept in each host's state record): its held versions, files and "
+                           "units. --profile names the profile they run now. Works with --batch/--drain/--gate.")]
+       = False) -> None:
     """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
 
     A host already in the state its last converge with this profile recorded is not converged again.
@@ -182,7 +186,9 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
     --full converges it anyway; verify runs on every host.
 
     With --batch and --drain/--undrain/--gate: a rolling change, batch by batch (drain, converge,
-    verify, gate, undrain), stopping at the first failed batch unless --max-fail allows more."""
+    verify, gate, undrain), stopping at the first failed batch unless --max-fail allows more.
+
+    --rollback: back to the profile each host ran before its last change."""
     from provisioner.engine import rolling
 
     record = rolling.resume_state(resume) if resume is not None else {}
@@ -203,6 +209,23 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
     if hooks and not fleet.batch:
         raise ProvisionError("--drain, --undrain and --gate roll the fleet batch by batch: --batch is missing",
                              where="--batch", fix="add --batch 1 (one host at a time) or --batch 10%")
+
+    if rollback:
+        if resume is not None:
+            raise ProvisionError("--rollback and --resume both choose the profile", where="--rollback",
+                                 fix="resume a stopped rollback with the --resume it printed, without --rollback")
+        from dataclasses import replace
+
+        from provisioner.engine import commands
+        from provisioner.engine.rollback import previous_profile
+
+        fleet = replace(fleet, become=fleet.become.prompted())  # asked once, for the read and the converge
+        s = session(ctx)
+        back = previous_profile(commands.prepare(profile, inventory), fleet.runs_dir, limit=fleet.limit,
+                                forks=fleet.forks, become=fleet.become)
+        s.say(f"rollback: {len(back.hosts)} host(s) back to profile {back.profile!r} (sha256 {back.sha256[:12]}), "
+              f"from their state records: {back.path}", to_err=as_json)
+        profile = str(back.path)
 
     def same_profile(target) -> None:
         if record and record.get("profile_sha256") != target.loaded.digest:

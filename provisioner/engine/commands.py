@@ -25,7 +25,7 @@ from provisioner import profiles
 from provisioner import role_specs
 from provisioner.judge import verify as verify_mod
 from provisioner.judge.checks import failed, passed
-from provisioner.render import render
+from provisioner.render import render, role_vars
 from provisioner.reports.report import HostReport, Report
 from provisioner.engine import drift, rolling
 from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
@@ -95,6 +95,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
     """Merge one playbook's results into the per-host report."""
     by_name = {h.name: h for h in report.hosts}
     profile = target.loaded.profile
+    variables = role_vars(target.loaded) if step == "check" else {}
     for name, result in sorted(run.hosts.items()):
         host = by_name.get(name)
         if host is None:
@@ -120,7 +121,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
             state = result.reported.get("provisioner_state") or {}
             host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target, name))
             host.checks.extend(kernels_mod.judge_modules(profile, state.get("kernels")))
-            for item, detail in drift.state_drift(state):
+            for item, detail in drift.state_drift(state) + drift.components_off(state, variables):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
             if host.changed_tasks:

@@ -42,3 +42,30 @@ def recorded_profile_check(recorded: dict, target: Target, host: str | None = No
         what = "the profile or this host's inventory_overrides" if digest != target.loaded.digest else "the profile"
         return [failed("recorded profile", f"{what} changed since this host was converged (re-run provision up)")]
     return []
+
+
+# The role variables that switch a component on; a role not named here has one switch,
+# <role>_enabled, and a role with none (common, nvidia_driver) is always on.
+SWITCHES: dict[str, tuple[str, ...]] = {
+    "dcgm_exporter": ("dcgm_exporter_enabled", "dcgm_exporter_install_dcgm"),
+    "network": ("network_iperf3",),
+}
+
+
+def components_off(state: dict, variables: dict) -> list[tuple[str, str]]:
+    """Components the host's record says it has and the profile turns off (or drops): what
+    `provision up` would remove, as (item, what is left) pairs. `variables`: the profile's
+    role variables (render.role_vars)."""
+    found = []
+    for role, items in sorted((state.get("components") or {}).items()):
+        switches = SWITCHES.get(role, (f"{role}_enabled",))
+        if not any(s in variables for s in switches) or any(variables.get(s) for s in switches):
+            continue
+        # Installed means packages or units; a role's own fact file stays while it is off.
+        left = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(items[kind])}" for kind in
+                         ("held_packages", "packages", "units") if items.get(kind))
+        if not left:
+            continue
+        found.append((f"component {role} is off in the profile",
+                      f"still on this host ({left}); provision up removes it"))
+    return found

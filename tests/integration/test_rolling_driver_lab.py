@@ -1,18 +1,32 @@
-"""A rolling driver-version change on two converged lab hosts, from the stand-in for
-NVIDIA's CUDA repository (which serves two 580 builds, 580.65.06 and 580.95.05): converge
-both at 580.65.06, then `provision up --batch 1` with the built-in 580.95.05 and hooks that
-log to a file. Each host's gate records which driver build both hosts have at that moment,
-so the log proves the change went node by node: while the first host is gated on the new
-build, the second still runs the old one, untouched.
+"""Day two on two converged lab hosts, from the stand-in for NVIDIA's CUDA repository
+(which serves two 580 builds, 580.65.06 and 580.95.05), in one module that reuses the
+same two hosts for each step:
 
-What this proves: the rollout's order (drain, converge, verify, gate, undrain per host),
-and that the held driver and fabric-manager packages move together to the new build and
-stay held. What it cannot prove: stopping what holds a GPU, a module rebuild or a reboot
-(the packages are empty stand-ins, containers share the controller's kernel and cannot
-reboot)."""
+1. converge both at 580.65.06; `up --rollback` is refused then, by host name, with
+   nothing touched (each host ran one profile only);
+2. `up --batch 1` to 580.95.05 with drain/gate/undrain hooks that log to a file: each
+   host's gate records which driver build both hosts have at that moment, so the log
+   proves the change went node by node; the driver role said, before it moved the held
+   driver packages, which GPU holders it stops (none run in a container);
+3. `up --rollback --batch 2` with drain/undrain hooks: both hosts back at 580.65.06,
+   held, in the state record as the old profile;
+4. a profile with DCGM (and so its exporter) off: `check` reports the component before
+   (exit 2); `up` stops and disables its units, releases its holds, purges its packages
+   and removes its apt preferences, unit and mask; `check` is 0 afterwards.
+
+The profile is h100-train's (NVSwitch kept, so fabric manager and nscq are installed)
+with the CUDA libraries off, so each converge is short.
+
+What this proves: the rollout's hook order per host, the held driver, fabric-manager and
+DCGM packages moving together (up, back down) and staying held, the state record's
+previous profile and package set, what turning a component off removes. What it cannot
+prove: stopping a running GPU holder (nothing runs without a loaded module), a module
+rebuild or a reboot (the packages are empty stand-ins, containers share the controller's
+kernel and cannot reboot)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,19 +34,20 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import packages, profiles
+
 from . import labtools
 from .labtools import podman
-from .test_production_path_lab import PROFILE, direct_to_standin, installed, standin  # noqa: F401 - a fixture
+from .test_production_path_lab import PROFILE, direct_to_standin, installed, sh, standin  # noqa: F401 - a fixture
 
-pytestmark = [pytest.mark.lab, pytest.mark.skip(reason=(
-    "not run yet in CI: on 2026-12-01 its first converge passed but verify failed fabric manager and the exporter "
-    "on GPU-less hosts; verify now skips both with the reason while no NVIDIA module is loaded "
-    "(test_verify.py::test_services_that_wait_for_the_driver_module_are_not_faults_of_their_own), and this test has "
-    "not been run since (two converges of two hosts each, ~10 min): unskip it once it has"))]
+pytestmark = pytest.mark.lab
 
 PROVISION = str(Path(sys.executable).parent / "provision")
 OLD, NEW = "580.65.06", "580.95.05"
 DRIVER = "nvidia-driver-580"
+FACT = "/etc/ansible/facts.d/provisioner.fact"
+# The CUDA libraries are not what a driver change or DCGM's removal is about: off, for speed.
+LIGHT = "cuda:\n  enabled: false\ncudnn:\n  enabled: false\nnccl:\n  enabled: false\ntensorrt:\n  enabled: false\n"
 
 
 @pytest.fixture(scope="module")
@@ -42,36 +57,69 @@ def lab(standin, tmp_path_factory):  # noqa: F811 - the fixture imported above
         yield result
 
 
-def _profiles(standin, folder: Path) -> tuple[Path, Path]:  # noqa: F811
+@pytest.fixture(scope="module")
+def profile_files(standin, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
     repo, url = standin
     text = PROFILE.format(url=url, key_url=f"{url}{repo.key_path}", fingerprint=repo.fingerprint)
-    new = folder / "new.yml"
-    new.write_text(text)
-    old = folder / "old.yml"
-    old.write_text(text.replace("name: h100-train-lab", "name: h100-train-lab-old")
-                   + f"driver:\n  version: {OLD}\nfabric_manager:\n  version: {OLD}\n")
-    return old, new
+    text = text.replace("tensorrt:\n  version: 8.6.1.6\n", "") + LIGHT
+    folder = tmp_path_factory.mktemp("profiles")
+    old_text = (text.replace("name: h100-train-lab", "name: h100-train-lab-old")
+                + f"driver:\n  version: {OLD}\nfabric_manager:\n  version: {OLD}\n")
+    files = {"new": text, "old": old_text,
+             "off": old_text.replace("name: h100-train-lab-old", "name: h100-train-lab-nodcgm")
+             + "dcgm:\n  enabled: false\n"}
+    for name, body in files.items():
+        (folder / f"{name}.yml").write_text(body)
+    return {name: folder / f"{name}.yml" for name in files}
 
 
-def _up(profile: Path, inventory: Path, runs: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PROVISION, "up", "--profile", str(profile), str(inventory), "--runs-dir", str(runs), *args],
-                          capture_output=True, text=True, timeout=1800, env={**os.environ, "COLUMNS": "200"})
+def _provision(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PROVISION, *args], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "COLUMNS": "200"})
 
 
-def test_a_driver_change_rolls_node_by_node_and_moves_the_held_packages_together(lab, standin, tmp_path):  # noqa: F811
+def _held(host: str) -> set[str]:
+    return set(podman("exec", host, "apt-mark", "showhold").stdout.split())
+
+
+def _record(host: str) -> dict:
+    return json.loads(sh(host, f"cat {FACT}").stdout)
+
+
+def _site_events(runs: Path, host: str) -> list[dict]:
+    """This host's converge events (every site play of every run under `runs`), in order."""
+    events = []
+    for path in runs.glob("*/artifacts/site*/job_events/*.json"):
+        data = json.loads(path.read_text())
+        if data.get("event_data", {}).get("host") == host:
+            events.append(data)
+    return sorted(events, key=lambda e: (e.get("created", ""), e.get("counter", 0)))
+
+
+def test_a_driver_change_rolls_node_by_node_rolls_back_and_a_component_turned_off_goes(lab, profile_files,
+                                                                                       tmp_path):
     one, two = (h.name for h in lab.hosts)
-    old, new = _profiles(standin, tmp_path)
     runs = tmp_path / "runs"
-    first = _up(old, lab.inventory, runs)
+    inv = str(lab.inventory)
+    first = _provision("up", "--profile", str(profile_files["old"]), inv, "--runs-dir", str(runs))
     assert first.returncode == 0, first.stdout + first.stderr
     for host in (one, two):
         assert installed(host, [DRIVER])[DRIVER].startswith(OLD)
 
+    # 1. Nothing to roll back to yet: refused by name, the records untouched.
+    before = {h: sh(h, f"sha256sum {FACT}").stdout for h in (one, two)}
+    refused = _provision("up", "--rollback", "--profile", str(profile_files["old"]), inv, "--runs-dir", str(runs))
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "nothing to roll back to on 2 host(s)" in out, out
+    assert one in out and two in out and "Traceback" not in out, out
+    assert {h: sh(h, f"sha256sum {FACT}").stdout for h in (one, two)} == before
+
+    # 2. Roll to the new driver, one host at a time.
     log = tmp_path / "hooks.log"
     versions = " ".join(f"{h}=$(podman exec {h} dpkg-query -W -f='${{Version}}' {DRIVER})" for h in (one, two))
     hook = f'echo "%s {{host}} {versions}" >> {log}'
-    roll = _up(new, lab.inventory, runs, "--batch", "1", "--drain", hook % "drain", "--gate", hook % "gate",
-               "--undrain", hook % "undrain")
+    roll = _provision("up", "--profile", str(profile_files["new"]), inv, "--runs-dir", str(runs), "--batch", "1",
+                      "--drain", hook % "drain", "--gate", hook % "gate", "--undrain", hook % "undrain")
     out = roll.stdout + roll.stderr
     assert roll.returncode == 0, out
     lines = log.read_text().splitlines()
@@ -82,6 +130,57 @@ def test_a_driver_change_rolls_node_by_node_and_moves_the_held_packages_together
     for host in (one, two):
         have = installed(host, [DRIVER, "nvidia-fabricmanager"])
         assert have[DRIVER].startswith(NEW) and have["nvidia-fabricmanager"].startswith(NEW), (host, have)
-        held = set(podman("exec", host, "apt-mark", "showhold").stdout.split())
-        assert {DRIVER, "nvidia-fabricmanager"} <= held, (host, held)
+        assert {DRIVER, "nvidia-fabricmanager"} <= _held(host), host
+        # The driver role looked for GPU holders before it moved the held packages.
+        tasks = [e["event_data"].get("task", "") for e in _site_events(runs, host) if e["event"] == "runner_on_ok"]
+        said = [e["event_data"]["res"].get("msg", "") for e in _site_events(runs, host) if e["event"] == "runner_on_ok"
+                and e["event_data"].get("task", "").startswith("Say which GPU holders stop")]
+        assert said and DRIVER in said[-1] and "stopping nothing" in said[-1], said
+        last_say = len(tasks) - 1 - tasks[::-1].index("Say which GPU holders stop before the driver packages move.")
+        assert "Install the driver packages at their exact versions, without recommends." in tasks[last_say:]
+        assert _record(host)["previous"]["profile"] == "h100-train-lab-old"
     assert "2 host(s): 2 ok (2 changed), 0 drifted, 0 failed, 0 unreachable" in out, out
+
+    # 3. Roll back, both hosts in one batch, with drain/undrain hooks.
+    log.write_text("")
+    back = _provision("up", "--rollback", "--profile", str(profile_files["new"]), inv, "--runs-dir", str(runs),
+                      "--batch", "2", "--drain", hook % "drain", "--undrain", hook % "undrain")
+    out = back.stdout + back.stderr
+    assert back.returncode == 0, out
+    assert "rollback: 2 host(s) back to profile 'h100-train-lab-old'" in out, out
+    lines = log.read_text().splitlines()
+    assert [line.split()[:2] for line in lines] == [["drain", one], ["drain", two], ["undrain", one],
+                                                    ["undrain", two]], lines
+    for host in (one, two):
+        have = installed(host, [DRIVER, "nvidia-fabricmanager"])
+        assert have[DRIVER].startswith(OLD) and have["nvidia-fabricmanager"].startswith(OLD), (host, have)
+        assert {DRIVER, "nvidia-fabricmanager"} <= _held(host), host
+        record = _record(host)
+        assert record["profile"] == "h100-train-lab-old" and record["previous"]["profile"] == "h100-train-lab"
+        assert record["previous"]["held_packages"][DRIVER].startswith(NEW)
+
+    # 4. DCGM (and its exporter) off: check reports it, up removes it, check is clean after.
+    off = profiles.load(str(profile_files["off"])).profile
+    plan = packages.plan(profiles.load(str(profile_files["old"])).profile)
+    dcgm = sorted(plan["dcgm"]) + sorted(plan["dcgm_exporter"])
+    assert "dcgm" not in packages.plan(off) or not packages.plan(off)["dcgm"]
+    for host in (one, two):
+        assert set(installed(host, dcgm)) == set(dcgm) and set(dcgm) <= _held(host)
+    check = _provision("check", "--profile", str(profile_files["off"]), inv, "--runs-dir", str(runs), "--verbose")
+    out = check.stdout + check.stderr
+    assert check.returncode == 2 and "component dcgm_exporter is off in the profile" in out, out
+    gone = _provision("up", "--profile", str(profile_files["off"]), inv, "--runs-dir", str(runs))
+    out = gone.stdout + gone.stderr
+    assert gone.returncode == 0, out
+    for host in (one, two):
+        assert installed(host, dcgm) == {}, host  # purged: they were ours
+        assert not set(dcgm) & _held(host) and DRIVER in _held(host), host
+        for path in ("/etc/apt/preferences.d/provisioner-dcgm", "/etc/apt/preferences.d/provisioner-dcgm-exporter",
+                     "/etc/systemd/system/dcgm-exporter.service", "/etc/systemd/system/nvidia-dcgm-exporter.service"):
+            assert sh(host, f"test -e {path} || test -L {path}").returncode != 0, (host, path)
+        for unit in ("nvidia-dcgm.service", "dcgm-exporter.service"):
+            assert sh(host, f"systemctl show -p LoadState --value {unit}").stdout.strip() == "not-found", (host, unit)
+        left = _record(host)["components"]["dcgm_exporter"]
+        assert not left["held_packages"] and not left["units"], (host, left)
+    again = _provision("check", "--profile", str(profile_files["off"]), inv, "--runs-dir", str(runs))
+    assert again.returncode == 0, again.stdout + again.stderr

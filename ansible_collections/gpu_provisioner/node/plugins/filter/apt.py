@@ -149,6 +149,34 @@ def pins_unmet(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
             for name, version in sorted(pins.items()) if installed.get(name) != version]
 
 
+def pins_moving(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """The pinned packages installed now at another version: the packages an install moves
+    (a driver change on a converged host), not the ones it adds."""
+    return sorted(name for name, version in pins.items() if installed.get(name) not in (None, version))
+
+
+def moving_together(held: list[str], installed: dict[str, str], moving: list[str]) -> list[str]:
+    """The held packages installed at the version of a package that moves (the old driver's
+    revision): the driver's own dependencies, which must be released to move with it (apt
+    keeps a held package where it is and then refuses the move). A package of another role
+    at another revision (fabric manager's 580.65.06-1) stays held."""
+    versions = {installed[name] for name in moving if name in installed}
+    return sorted(name for name in held if installed.get(name) in versions)
+
+
+def units_active(lines: list[str]) -> list[str]:
+    """The units `systemctl show -p Id -p ActiveState -- UNIT...` says are running (or
+    starting); a unit that does not exist reads `inactive` and is left out."""
+    found, unit = [], None
+    for line in lines + [""]:
+        key, _, value = line.strip().partition("=")
+        if key == "Id":
+            unit = value
+        elif key == "ActiveState" and unit and value in ("active", "activating", "reloading"):
+            found.append(unit)
+    return found
+
+
 def apt_preferences(pins: dict[str, str], origin: str, label: str, what: str) -> str:
     """apt preferences for packages pinned to exact versions from one repository.
 
@@ -191,5 +219,8 @@ class FilterModule:
             "as_install": as_install,
             "pins_if_offered": pins_if_offered,
             "pins_unmet": pins_unmet,
+            "pins_moving": pins_moving,
+            "units_active": units_active,
+            "moving_together": moving_together,
             "apt_preferences": apt_preferences,
         }

@@ -146,11 +146,130 @@ def load(path: str) -> dict | None:
 
 def compare(path: str = RECORD) -> dict:
     """The host against its record: recorded (whether a record was found), the profile and
-    its sha256 from the record, differences, dpkg_audit. Reads only; changes nothing."""
+    its sha256 from the record, differences, dpkg_audit, rollback_to (the profile a rollback
+    returns to, or None), pending (a converge with another profile that began and did not
+    finish) and components (what each role recorded). Reads only; changes nothing."""
     old = load(path)
     if old is None:
-        return {"recorded": False, "profile": "", "profile_sha256": "", "differences": [], "dpkg_audit": dpkg_audit()}
+        return {"recorded": False, "profile": "", "profile_sha256": "", "differences": [], "dpkg_audit": dpkg_audit(),
+                "rollback_to": None, "pending": None, "components": {}}
     state = old.get("state") or {}
     managed = {k: sorted(state.get(k, {})) for k in KINDS}
     return {"recorded": True, "profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
-            "differences": differences(state, read_state(managed)), "dpkg_audit": dpkg_audit()}
+            "differences": differences(state, read_state(managed)), "dpkg_audit": dpkg_audit(),
+            # What `provision up --rollback` returns to, and what check compares with the profile's components.
+            "rollback_to": rollback_to(old), "pending": old.get("pending"), "components": components_on(old)}
+
+
+# Day two (issue 22): what a converge installed itself, the previous profile, and what a
+# component the profile no longer has leaves behind. Pure functions over records; the
+# provisioner_state module does the reading and the changes.
+
+def installed_packages() -> list[str]:
+    """Every package dpkg has installed now (one dpkg-query): taken before the roles run,
+    so the record can tell what a converge installed from what was there before it."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}|${Package}\n"],
+                         capture_output=True, text=True, check=False).stdout
+    return sorted({line.split("|", 1)[1] for line in out.splitlines() if line[1:2] == "i" and "|" in line})
+
+
+def dependencies() -> dict[str, tuple[list[str], list[str]]]:
+    """package -> (the names its Depends and Pre-Depends mention, what it Provides), for every
+    installed package (one dpkg-query)."""
+    # Tabs between the fields: a Depends field holds '|' (alternatives), never a tab.
+    out = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}\t${Package}\t${Depends}, ${Pre-Depends}\t${Provides}\n"],
+                         capture_output=True, text=True, check=False).stdout
+    found = {}
+    for line in out.splitlines():
+        abbrev, name, depends, provides = (line.split("\t", 3) + ["", "", "", ""])[:4]
+        if abbrev[1:2] == "i":
+            found[name] = (_names(depends), _names(provides))
+    return found
+
+
+def _names(field: str) -> list[str]:
+    """The package names a Depends/Provides field mentions (alternatives, versions and
+    architecture qualifiers dropped): `a (>= 1), b | c:any` -> a, b, c."""
+    return [alt.split("(")[0].split(":")[0].strip() for group in field.split(",") for alt in group.split("|")
+            if alt.split("(")[0].strip()]
+
+
+def purgeable(candidates: list[str], installed: dict[str, tuple[list[str], list[str]]]) -> tuple[list[str], list[str]]:
+    """Which candidates a purge may take without breaking a package that stays: a candidate a
+    staying package depends on (by name or by what it provides) stays too, and so on until
+    nothing more stays. Returns (purge, still needed). A driver change moves some companion
+    packages out of the driver's managed set while the new driver still depends on them."""
+    purge = set(candidates) & set(installed)
+    while True:
+        needed = set()
+        for name, (depends, _) in installed.items():
+            if name not in purge:
+                needed |= set(depends)
+        keep = {c for c in purge if c in needed or set(installed[c][1]) & needed}
+        if not keep:
+            return sorted(purge), sorted(set(candidates) - purge)
+        purge -= keep
+
+
+def merge(components: dict[str, dict]) -> dict[str, list[str]]:
+    """The roles' managed items, merged into one sorted list per kind."""
+    return {k: sorted({item for role in components.values() for item in role.get(k) or []}) for k in KINDS}
+
+
+def ours(old: dict | None, managed: dict[str, list[str]], installed_before: list[str] | None) -> list[str]:
+    """The managed packages a converge of ours installed: recorded as ours before and still
+    managed, or not installed when this converge began. Unknown (no snapshot): only what
+    the record already says, so a package that was there before us is never taken for ours."""
+    names = set(managed.get("held_packages", [])) | set(managed.get("packages", []))
+    kept = set((old or {}).get("ours") or []) & names
+    if installed_before is None:
+        return sorted(kept)
+    return sorted(kept | (names - set(installed_before)))
+
+
+def previous(old: dict | None, profile_sha256: str) -> dict | None:
+    """What a rollback returns to: the last record with another profile. A converge with the
+    same profile keeps the previous one it had; with a new profile, the old record becomes it."""
+    if not old:
+        return None
+    if old.get("profile_sha256") == profile_sha256:
+        return old.get("previous")
+    held = {name: (state or {}).get("version") for name, state in ((old.get("state") or {}).get("held_packages") or {}).items()}
+    return {"profile": old.get("profile", ""), "profile_sha256": old.get("profile_sha256", ""),
+            "profile_yaml": old.get("profile_yaml", ""), "held_packages": {k: v for k, v in held.items() if v}}
+
+
+def rollback_to(old: dict | None) -> dict | None:
+    """What `up --rollback` returns this host to. Normally the previous record; but when a
+    converge with another profile began and never recorded its end (`pending`: it failed
+    halfway, as in a failed batch), the host is between the two, and its own record's
+    profile is the one to go back to."""
+    if not old:
+        return None
+    if old.get("pending"):
+        return previous(old, "")  # the record itself, as previous() keeps it
+    return old.get("previous")
+
+
+def leftovers(old: dict | None, managed: dict[str, list[str]]) -> dict:
+    """What the last converge managed and this one no longer does (a component turned off or
+    dropped): units to stop and disable, holds to release, packages to purge (only those
+    we installed), files to remove (a role lists only files it writes), and packages left
+    because they were there before us. Also the components they belonged to."""
+    if not old:
+        return {"units": [], "unhold": [], "purge": [], "files": [], "kept": [], "components": []}
+    state = old.get("state") or {}
+    gone = {k: sorted(set(state.get(k) or {}) - set(managed.get(k, []))) for k in ("held_packages", "packages", "files",
+                                                                                   "units")}
+    mine = set(old.get("ours") or [])
+    packages = sorted(set(gone["held_packages"]) | set(gone["packages"]))
+    components = sorted(role for role, items in (old.get("components") or {}).items()
+                        if any(set(items.get(k) or []) & set(gone[k]) for k in gone))
+    return {"units": gone["units"], "unhold": gone["held_packages"], "purge": [p for p in packages if p in mine],
+            "files": gone["files"], "kept": [p for p in packages if p not in mine], "components": components}
+
+
+def components_on(record: dict | None) -> dict[str, dict]:
+    """The record's components that manage anything (role -> its items)."""
+    return {role: items for role, items in ((record or {}).get("components") or {}).items()
+            if any(items.get(k) for k in KINDS)}

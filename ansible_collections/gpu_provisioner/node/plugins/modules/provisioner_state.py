@@ -16,10 +16,22 @@ description:
   - C(compare) reads the record, reads the same items again and returns every
     difference, plus packages dpkg left half-configured. It changes nothing. One call
     per host replaces a whole check-mode play for C(provision check).
+  - C(snapshot) (start of a converge) returns the packages installed before the roles run,
+    so C(record) can keep which managed packages we installed (C(ours)); given another
+    profile than the record's, it marks the record C(pending) until C(record) ends the
+    converge (a rollback of a host left halfway returns it to its recorded profile).
+  - C(retire) (end of a converge, before C(record)) removes what the last record managed
+    and no role manages now (a component turned off or dropped from the profile): stops and
+    disables its units, releases its holds, purges the packages we installed (never one
+    that was there before us), removes its files, and reloads systemd. Check mode says what
+    it would remove.
+  - C(record) also keeps each role's items (C(components)), the resolved profile
+    (O(profile_yaml)) and, when the profile changed, the record before as C(previous)
+    (profile, its YAML and held package versions), which C(provision up --rollback) reads.
 options:
   action:
     type: str
-    choices: [record, compare]
+    choices: [record, compare, snapshot, retire]
     required: true
   path:
     type: path
@@ -34,9 +46,20 @@ options:
     type: list
     elements: dict
     description: >-
-      What each role manages (record): held_packages, packages, files, units, python_envs
+      What each role manages (record, retire): held_packages, packages, files, units, python_envs
       (each a list; python_envs names environments' Python interpreters, whose pip freeze is
       recorded), merged.
+  managed_names:
+    type: list
+    elements: str
+    description: The role variable each item of O(managed) came from, in the same order (record, retire).
+  profile_yaml:
+    type: str
+    description: The resolved profile (record), kept for a rollback.
+  installed_before:
+    type: list
+    elements: str
+    description: The packages C(snapshot) found before the roles ran (record).
 """
 
 RETURN = r"""
@@ -54,19 +77,78 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 # The reading and the comparison live in module_utils/state.py: the same code the node's
 # own checker (provision-state.timer, plain python3) runs, so both see the same drift.
-from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import KINDS, compare, load, read_state
 # The kernels, their DKMS-built NVIDIA modules and Secure Boot: judged by preflight and check.
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
+    KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state)
+
+
+def _components(p: dict) -> dict[str, dict]:
+    names = p["managed_names"] or [f"role{n}" for n in range(len(p["managed"]))]
+    if len(names) != len(p["managed"]):
+        raise ValueError("managed_names must name each item of managed")
+    return {name.removesuffix("_managed"): {k: sorted(set(item.get(k) or [])) for k in KINDS}
+            for name, item in zip(names, p["managed"])}
+
+
+def _write(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:
+    gone = leftovers(old, managed)
+    todo = any(gone[k] for k in ("units", "unhold", "purge", "files"))
+    result = {"changed": todo, "retired": gone}
+    if module.check_mode or not todo:
+        module.exit_json(**result)
+
+    def run(argv: list[str], ok: tuple[int, ...] = (0,)) -> None:
+        rc, out, err = module.run_command(argv, environ_update={"DEBIAN_FRONTEND": "noninteractive"})
+        if rc not in ok:
+            module.fail_json(msg=f"{' '.join(argv)} failed (exit {rc}): {(err or out).strip()[-2000:]}", **result)
+
+    for unit in gone["units"]:
+        # One at a time: a unit its role removed already (or whose package is gone) fails to
+        # disable ("does not exist", exit 1) and must not keep the others running.
+        run(["systemctl", "disable", "--now", "--", unit], ok=(0, 1, 5))
+    if gone["unhold"]:
+        run(["apt-mark", "unhold", *gone["unhold"]])
+    if gone["purge"]:
+        # Never one that a package staying depends on (a driver change leaves the old
+        # driver's companions to the new one): those are only unheld, named as needed.
+        gone["purge"], gone["needed"] = purgeable(gone["purge"], dependencies())
+    if gone["purge"]:
+        run(["apt-get", "purge", "-y", "-q", "--allow-change-held-packages", *gone["purge"]])
+    # A file a package ships (its conffile, which we edited) is the package's: purged with
+    # it, or left with a package that was there before us.
+    _, owned_out, _ = module.run_command(["dpkg-query", "-S", *gone["files"]]) if gone["files"] else (0, "", "")
+    owned = {line.split(": ", 1)[1] for line in owned_out.splitlines() if ": " in line}
+    gone["files_kept"] = sorted(set(gone["files"]) & owned)
+    for path in gone["files"]:
+        if path not in owned and (os.path.isfile(path) or os.path.islink(path)):
+            os.unlink(path)
+    if gone["units"] or any(path.startswith("/etc/systemd/") for path in gone["files"]):
+        run(["systemctl", "daemon-reload"])  # forget the removed units and masks
+    module.exit_json(**result)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "choices": ["record", "compare"], "required": True},
+            "action": {"type": "str", "choices": ["record", "compare", "snapshot", "retire"], "required": True},
             "path": {"type": "path", "default": "/etc/ansible/facts.d/provisioner.fact"},
             "profile": {"type": "str"},
             "profile_sha256": {"type": "str"},
             "managed": {"type": "list", "elements": "dict", "default": []},
+            "managed_names": {"type": "list", "elements": "str", "default": []},
+            "profile_yaml": {"type": "str", "default": ""},
+            "installed_before": {"type": "list", "elements": "str"},
         },
         required_if=[("action", "record", ("profile", "profile_sha256"))],
         supports_check_mode=True,
@@ -75,24 +157,33 @@ def main() -> None:
     old = load(p["path"])
     if p["action"] == "compare":
         module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read()))
+    if p["action"] == "snapshot":
+        if old is not None and p["profile_sha256"] and old.get("profile_sha256") != p["profile_sha256"] \
+                and not module.check_mode:
+            # A converge with another profile begins: until its record is written, a rollback
+            # returns this host to the profile it has on record (module_utils/state.py rollback_to).
+            _write(p["path"], {**old, "pending": {"profile": p["profile"], "profile_sha256": p["profile_sha256"]}})
+        module.exit_json(changed=False, installed=installed_packages())
 
-    managed = {k: sorted({item for role in p["managed"] for item in role.get(k) or []}) for k in KINDS}
+    try:
+        components = _components(p)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    managed = merge(components)
+    if p["action"] == "retire":
+        _retire(module, old, managed)
     same_spec = old is not None and all(
         sorted((old.get("state") or {}).get(k, {})) == managed[k] for k in KINDS)
     same_profile = old is not None and (old.get("profile"), old.get("profile_sha256")) == (p["profile"], p["profile_sha256"])
     if module.check_mode:
         # What a converge would leave is not knowable here; the check-mode play's other tasks say that.
         module.exit_json(changed=not (same_spec and same_profile))
-    new = {"profile": p["profile"], "profile_sha256": p["profile_sha256"], "state": read_state(managed)}
-    if old is not None and {k: old.get(k) for k in new} == new:
+    new = {"profile": p["profile"], "profile_sha256": p["profile_sha256"], "state": read_state(managed),
+           "components": components, "ours": ours(old, managed, p["installed_before"]),
+           "profile_yaml": p["profile_yaml"], "previous": previous(old, p["profile_sha256"])}
+    if old is not None and not old.get("pending") and {k: old.get(k) for k in new} == new:
         module.exit_json(changed=False)
-    os.makedirs(os.path.dirname(p["path"]), exist_ok=True)
-    tmp = p["path"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(new, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, p["path"])
+    _write(p["path"], new)
     module.exit_json(changed=True, diff={"before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
                                          "after": json.dumps(new, indent=2, sort_keys=True) + "\n"})
 
