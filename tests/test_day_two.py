@@ -131,6 +131,18 @@ def test_check_names_a_component_the_profile_turned_off():
                       "provision up removes it")]
 
 
+def test_the_network_role_is_on_while_either_iperf3_or_infiniband_is():
+    """An InfiniBand profile without iperf3 still runs the network role (its RDMA stack): a
+    plain check named it "off" on every InfiniBand host (the InfiniBand lab test found it)."""
+    recorded = {"components": {"network": {"packages": ["rdma-core", "perftest"]}}}
+    infiniband = profiles.load(str(REPO / "tests" / "data" / "profiles" / "lab-infiniband.yml"))
+    assert role_vars(infiniband)["network_iperf3"] is False and role_vars(infiniband)["network_infiniband"] is True
+    assert drift.components_off(recorded, role_vars(infiniband)) == []
+    neither = role_vars(profiles.load(str(DRIVER_ONLY)))
+    assert not neither["network_iperf3"] and not neither["network_infiniband"]
+    assert [item for item, _ in drift.components_off(recorded, neither)] == ["component network is off in the profile"]
+
+
 def test_rollback_refuses_hosts_without_a_previous_profile_by_name():
     with pytest.raises(ProvisionError) as err:
         rollback.choose({"gpu-1": {"recorded": True, "rollback_to": None}, "gpu-2": {"recorded": False},

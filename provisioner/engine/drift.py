@@ -48,7 +48,8 @@ def recorded_profile_check(recorded: dict, target: Target, host: str | None = No
 # <role>_enabled, and a role with none (common, nvidia_driver) is always on.
 SWITCHES: dict[str, tuple[str, ...]] = {
     "dcgm_exporter": ("dcgm_exporter_enabled", "dcgm_exporter_install_dcgm"),
-    "network": ("network_iperf3",),
+    # The network role runs for iperf3 and for an InfiniBand profile's RDMA stack: on while either is.
+    "network": ("network_iperf3", "network_infiniband"),
 }
 
 
