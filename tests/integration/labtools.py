@@ -28,7 +28,10 @@ def lab_hosts(count: int, tag: str, tmp_path_factory) -> Iterator:
     try:
         yield lab.up(count, prefix, workdir)
     finally:
-        lab.down(prefix, workdir)
+        # The apt cache stays up: the other lab stream of the CI stage (scripts/ci-stages) may
+        # be between `lab up`'s cache start and its containers' start, where down, seeing no
+        # container running, would stop the cache under it.
+        lab.down(prefix, workdir, stop_cache=False)
 
 
 def task_started(runs: Path, task: str, host: str | None = None, playbook: str = "site") -> bool:

@@ -58,7 +58,7 @@ def lab(tmp_path_factory):
     try:
         yield result
     finally:
-        labmod.down(prefix, workdir)
+        labmod.down(prefix, workdir, stop_cache=False)  # the other lab stream may need it (labtools.lab_hosts)
 
 
 @pytest.mark.lab
