@@ -1,4 +1,4 @@
-"""The fixture table: every capture in ../shared/fixtures (expected verdicts in
+"""The fixture table: every capture in tests/data/fixtures (expected verdicts in
 tests/test_verify.py's VERDICTS) and tests/data/captures (manifest.yml) judged through
 `provision judge`'s library function, against the manifest's verdicts.
 

@@ -2,7 +2,7 @@
 
 The targets and the config are checked by the real `promtool` (Debian's `prometheus`
 package) when it is installed; the dashboard's metrics are held to the real
-dcgm-exporter scrapes in ../shared/fixtures/dcgm/.
+dcgm-exporter scrapes in tests/data/fixtures/dcgm/.
 """
 
 from __future__ import annotations

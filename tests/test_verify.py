@@ -1,4 +1,4 @@
-"""Verification verdicts on every real captured tool output in ../shared/fixtures.
+"""Verification verdicts on every real captured tool output in tests/data/fixtures.
 
 Each fixture file has one entry below: the reader that takes it, the profile it is judged
 against (a built-in with the few changes that make it describe the captured machine, or

@@ -151,9 +151,9 @@ def test_every_judge_in_verify_is_reached_from_judge(shapes, monkeypatch):
             return _fn(*args, **kwargs)
         wrapper.__name__ = name
         monkeypatch.setattr(verify, name, wrapper)
-    opt_in = {"nccl_tests": {"ran": True, "stdout": (REPO.parent / "shared/fixtures/nccl-tests/"
+    opt_in = {"nccl_tests": {"ran": True, "stdout": (REPO / "tests/data/fixtures/nccl-tests/"
                                                       "all_reduce_perf__8x-a100-sxm4-40gb__superbench.log").read_text()},
-              "dcgmi_diag": {"ran": True, "stdout": (REPO.parent / "shared/fixtures/dcgm/"
+              "dcgmi_diag": {"ran": True, "stdout": (REPO / "tests/data/fixtures/dcgm/"
                                                      "dcgmi-diag-r1__pass__deepops-readme.txt").read_text()},
               "exporter": {"body": "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 30\n"}}
     errored = probe_shape(None)
@@ -177,14 +177,14 @@ def test_every_check_the_readme_lists_comes_out_of_judge(shapes):
     seen = set()
     for p, shape in shapes.values():
         seen |= {c.name for c in verify.judge(p, shape)}
-    opt_in = {"nccl_tests": {"ran": True, "stdout": (REPO.parent / "shared/fixtures/nccl-tests/"
+    opt_in = {"nccl_tests": {"ran": True, "stdout": (REPO / "tests/data/fixtures/nccl-tests/"
                                                       "all_reduce_perf__8x-a100-sxm4-40gb__superbench.log").read_text()},
-              "dcgmi_diag": {"ran": True, "stdout": (REPO.parent / "shared/fixtures/dcgm/"
+              "dcgmi_diag": {"ran": True, "stdout": (REPO / "tests/data/fixtures/dcgm/"
                                                      "dcgmi-diag-r1__pass__deepops-readme.txt").read_text()}}
     h100 = profile("h100-train", hardware=gpus(8, "A100-SXM4-40GB", 40), verify={"nccl_min_busbw_gbps": 200},
                    dcgm={"exporter": {"collectors": ["DCGM_FI_DEV_GPU_TEMP"]}})
     seen |= {c.name for c in verify.judge(h100, {**probe_shape(None), **opt_in, "exporter": {
-        "body": (REPO.parent / "shared/fixtures/dcgm/dcgm-exporter-metrics__tesla-t4__460.106.00+470.182.03__datakit.prom"
+        "body": (REPO / "tests/data/fixtures/dcgm/dcgm-exporter-metrics__tesla-t4__460.106.00+470.182.03__datakit.prom"
                  ).read_text() if False else "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 30\n"}})}
     assert set(listed) - seen == set(), "README lists checks that no contract shape produces through judge()"
 

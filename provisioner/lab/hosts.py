@@ -255,7 +255,11 @@ def _give_access(name: str, proxy: str | None, key: Path) -> str:
     """Point the host's apt at the lab cache (or not), make the sudo user with the lab key
     authorized, and return the host's ed25519 public key for known_hosts."""
     if proxy:
-        podman.exec_sh(name, f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {PROXY_DROPIN}")
+        # The lab's own services on the bridge's gateway (the stand-in repositories) are
+        # reached directly, not through the cache.
+        gateway = proxy.split("//", 1)[-1].rsplit(":", 1)[0]
+        podman.exec_sh(name, f"printf 'Acquire::http::Proxy \"%s\";\\nAcquire::http::Proxy::%s \"DIRECT\";\\n' "
+                             f"'{proxy}' '{gateway}' > {PROXY_DROPIN}")
     else:
         podman.exec_sh(name, f"rm -f {PROXY_DROPIN}")
     pubkey = key.with_suffix(".pub").read_text().strip()

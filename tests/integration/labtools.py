@@ -19,14 +19,22 @@ def podman(*args: str, check: bool = False, input: str | None = None, timeout: i
 
 
 @contextlib.contextmanager
-def lab_hosts(count: int, tag: str, tmp_path_factory) -> Iterator:
-    """`count` fresh lab hosts (`provision lab up`), removed afterwards whatever happens."""
+def lab_hosts(count: int, tag: str, tmp_path_factory, *, converged: str | None = None) -> Iterator:
+    """`count` lab hosts (`provision lab up`), removed afterwards whatever happens: fresh ones,
+    or with `converged=PROFILE` hosts started from the image of a host `provision up`
+    converged with that profile (provisioner.lab.converged: made once per profile and
+    product, then reused by every test that needs a converged host, not the converge)."""
     from provisioner import lab
+    from provisioner.lab import converged as converged_image
 
     workdir = tmp_path_factory.mktemp("lab")
     prefix = f"t{os.getpid()}{tag}"
     try:
-        yield lab.up(count, prefix, workdir)
+        if converged:
+            image = converged_image.ensure(converged, runs_dir=tmp_path_factory.mktemp("converged-image"))
+            yield lab.up(count, prefix, workdir, image=image)
+        else:
+            yield lab.up(count, prefix, workdir)
     finally:
         # The apt cache stays up: the other lab stream of the CI stage (scripts/ci-stages) may
         # be between `lab up`'s cache start and its containers' start, where down, seeing no

@@ -33,15 +33,11 @@ WHEELHOUSE = Path(os.environ.get("PROVISIONER_WHEELHOUSE") or "/opt/wheels")
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """Two fresh lab hosts converged with PROFILE (the converge is timed and printed)."""
+    """Two hosts started from the image of a host `provision up` converged with PROFILE
+    (provisioner.lab.converged): these tests need converged hosts, not the converge."""
     if not list(WHEELHOUSE.glob("torch-2.13.0+cpu-cp311-*.whl")):
         pytest.skip(f"no torch 2.13.0+cpu wheel for Python 3.11 in {WHEELHOUSE} (set PROVISIONER_WHEELHOUSE)")
-    with labtools.lab_hosts(2, "dist", tmp_path_factory) as result:
-        started = time.monotonic()
-        report = commands.execute("up", commands.prepare(PROFILE, result.inventory),
-                                  runs_dir=tmp_path_factory.mktemp("converge"))
-        assert report.exit_code == 0, report.as_dict()
-        print(f"converge of 2 lab hosts with lab-ddp: {time.monotonic() - started:.0f} s")
+    with labtools.lab_hosts(2, "dist", tmp_path_factory, converged=PROFILE) as result:
         yield result
 
 

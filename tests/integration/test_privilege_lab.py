@@ -1,8 +1,9 @@
 """The path users take: an SSH user whose sudo asks for a password.
 
 One lab host whose `provision` user must type its password for sudo (the lab's default is
-passwordless sudo, as on cloud images). Without a password `up` fails that host with
-sudo's own complaint; with --become-password-file it converges; `check` with
+passwordless sudo, as on cloud images), started converged with one hold removed. Without a
+password `up` fails that host with sudo's own complaint; with --become-password-file it
+converges (puts the hold back); `check` with
 --ask-become-pass (the password typed at the prompt) finds no drift. The password is in
 no file of any run folder.
 
@@ -33,8 +34,11 @@ PASSWORD = "pl4nted-Become-pw"
 
 @pytest.fixture(scope="module")
 def sudo_with_password(tmp_path_factory):
-    with labtools.lab_hosts(1, "priv", tmp_path_factory) as lab:
+    # Started converged (the test is about the password, not the install); one hold removed
+    # out of band, so `up` must change the host, through sudo, to pass.
+    with labtools.lab_hosts(1, "priv", tmp_path_factory, converged=DRIVER_ONLY) as lab:
         host = lab.hosts[0].name
+        assert podman("exec", host, "apt-mark", "unhold", "nvidia-smi").returncode == 0
         user, sudoers = lab_hosts.USER, lab_hosts.SUDOERS
         r = podman("exec", "-i", host, "sh", "-c",
                    f"chpasswd && printf '%s ALL=(ALL:ALL) ALL\\n' {user} > {sudoers} && chmod 0440 {sudoers}",
@@ -69,6 +73,7 @@ def test_become_password_from_a_file_and_from_the_prompt(sudo_with_password, tmp
               "--become-password-file", str(password_file))
     assert up.exit_code in (0, 2), up.output[-4000:]  # 2: verify says "no GPU" for the GPU checks it can run
     assert '"status": "changed"' in up.output, up.output[-4000:]
+    assert "nvidia-smi" in podman("exec", lab.hosts[0].name, "apt-mark", "showhold").stdout.split()
 
     check = _run("check", "--profile", DRIVER_ONLY, str(lab.inventory), "--runs-dir", str(runs), "--json",
                  "--ask-become-pass", input=PASSWORD + "\n")

@@ -84,14 +84,6 @@ def sh(host: str, script: str, timeout: int = 300):
     return podman("exec", host, "sh", "-c", script, timeout=timeout)
 
 
-def direct_to_standin(hosts, url: str) -> None:
-    """The lab sends apt through its apt-cacher-ng; the stand-in is on the gateway itself."""
-    gateway = url.split("//", 1)[1].split(":", 1)[0]
-    for host in hosts:
-        assert sh(host.name, f"printf 'Acquire::http::Proxy::{gateway} \"DIRECT\";\\n' "
-                             "> /etc/apt/apt.conf.d/01provisioner-standin-direct").returncode == 0
-
-
 @pytest.fixture(scope="module")
 def standin():
     from provisioner.lab import cudarepo
@@ -108,7 +100,6 @@ def standin():
 def lab(standin, tmp_path_factory):
     repo, url = standin
     with labtools.lab_hosts(2, "prod", tmp_path_factory) as result:
-        direct_to_standin(result.hosts, url)
         keyring_host = result.hosts[1].name
         binary = tmp_path_factory.mktemp("keyring") / "cuda-archive-keyring.gpg"   # cuda-keyring ships it dearmored
         subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(binary), str(repo.dir / f"{repo.key_id}.pub")],

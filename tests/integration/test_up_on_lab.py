@@ -1,5 +1,6 @@
-"""`provision up`, `check` and drift against real lab hosts (podman systemd containers),
-and a fleet run with one host down from the start and one lost mid-install."""
+"""`provision up`, `check` and drift against real lab hosts (podman systemd containers):
+a fleet run with one host down from the start and one lost mid-install, on fresh hosts;
+drift, its repair and a cut-off dpkg run on hosts started converged."""
 
 from __future__ import annotations
 
@@ -28,29 +29,18 @@ DRIVER = profiles.load(PROFILE).profile.driver.version
 
 @pytest.fixture(scope="module")
 def lab_hosts(tmp_path_factory):
-    """Three fresh lab hosts, shared by the module: the fleet test needs them never converged
-    (it runs first), the others take them through `converged_lab`."""
+    """Three fresh lab hosts for the fleet test: it is about converging them."""
     with labtools.lab_hosts(3, "up", tmp_path_factory) as result:
         yield result
 
 
-@pytest.fixture
-def converged_lab(lab_hosts, tmp_path_factory):
-    """The module's hosts running and converged with PROFILE, whatever the tests before left:
-    stopped hosts are started again (`lab up` rewrites the inventory), then `provision up`
-    (`limit`: just those hosts). On hosts already in their recorded state that is preflight
-    and verify only (the converge is skipped); on fresh, drifted or cut-off hosts it is a
-    real converge, so a test run alone gets the same start as after the fleet test."""
-    from provisioner import lab
-
-    def converge(limit: str | None = None):
-        result = lab.up(3, lab_hosts.prefix, lab_hosts.inventory.parent)
-        options = {"limit": limit} if limit else {}
-        report = run("up", result.inventory, tmp_path_factory.mktemp("converge"), **options)
-        assert report.exit_code == 0, report.as_dict()
-        return result
-
-    return converge
+@pytest.fixture(scope="module")
+def converged_lab(tmp_path_factory):
+    """Two hosts started from the image of a host `provision up` converged with PROFILE
+    (provisioner.lab.converged): the drift tests need converged hosts, not a converge. Two:
+    one to drift, one that must stay untouched."""
+    with labtools.lab_hosts(2, "upc", tmp_path_factory, converged=PROFILE) as result:
+        yield result
 
 
 def run(command: str, inventory: Path, runs: Path, **options):
@@ -109,15 +99,10 @@ def test_fleet_with_hosts_lost_before_and_during_the_run_converges_the_rest(lab_
 
 
 def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_lab, tmp_path: Path):
-    lab_hosts = converged_lab()
+    lab_hosts = converged_lab
     inventory = lab_hosts.inventory
-    # A full converge of hosts already converged: every task runs, none changes anything.
-    full = run("up", inventory, tmp_path, full=True)
-    assert full.exit_code == 0, full.as_dict()
-    assert [h.changed_tasks for h in full.hosts] == [[], [], []], "a second converge must change nothing"
-    for host in full.hosts:
-        checks = {c.name: c for c in host.checks}
-        assert checks["gpus"].status == "pass" and "no GPU present" in checks["gpus"].detail
+    # The hosts started converged: the image is made only from a host whose second full
+    # converge changed nothing and whose check-mode converge found nothing (lab.converged).
     # The default: the survey (preflight and verification in one module call per host)
     # finds each host in its recorded state, skips the converge and verifies it from that
     # same call: one playbook, nothing after it.
@@ -127,6 +112,8 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_
     for host in second.hosts:
         assert host.changed_tasks == [] and any(c.name == "converge" and "skipped" in c.detail for c in host.checks)
         assert {"os", "free disk", "driver module", "exporter metrics"} <= {c.name for c in host.checks}
+        gpus = next(c for c in host.checks if c.name == "gpus")
+        assert gpus.status == "pass" and "no GPU present" in gpus.detail
 
     clean = run("check", inventory, tmp_path)
     assert clean.exit_code == 0, clean.as_dict()
@@ -206,14 +193,13 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_
     assert run("check", inventory, tmp_path).exit_code == 0
 
 
-def test_up_finishes_a_dpkg_run_that_was_cut_off(lab_hosts, converged_lab, tmp_path: Path):
+def test_up_finishes_a_dpkg_run_that_was_cut_off(converged_lab, tmp_path: Path):
     """A package left unpacked but not configured (what a killed apt leaves) is repaired first."""
-    host = lab_hosts.hosts[1].name
-    converged_lab(limit=host)
+    host = converged_lab.hosts[1].name  # the drift test leaves this one untouched
     cut = podman("exec", host, "sh", "-c",
                  "cd /tmp && apt-get download -q hello >/dev/null && dpkg --unpack hello_*.deb >/dev/null && dpkg --audit")
     assert "hello" in cut.stdout, cut.stderr
-    report = run("up", lab_hosts.inventory, tmp_path, limit=host)
+    report = run("up", converged_lab.inventory, tmp_path, limit=host)
     assert report.exit_code == 0, report.as_dict()
     assert "Finish the interrupted dpkg run before anything else is installed." in report.hosts[0].changed_tasks
     assert podman("exec", host, "dpkg", "--audit").stdout == ""
