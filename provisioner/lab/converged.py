@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -81,8 +82,10 @@ def _tree_digest(root: Path, h: "hashlib._Hash") -> None:
         h.update(str(rel).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
 
 
+@functools.cache
 def product_digest() -> str:
-    """Every file of the Python package and of the Ansible collection it runs."""
+    """Every file of the Python package and of the Ansible collection it runs, read once per
+    process: the product this process runs, whatever is edited in the checkout meanwhile."""
     from provisioner import paths
 
     h = hashlib.sha256()
@@ -211,3 +214,30 @@ def _prune(profile_name: str, keep: str) -> list[str]:
             gone += names
     return gone
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m provisioner.lab.converged PROFILE...`: make (or find) each profile's converged
+    image, in order, printing progress and the refs; CI makes the common ones ahead of the lab
+    tests (scripts/ci-stages)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m provisioner.lab.converged", description=main.__doc__)
+    ap.add_argument("profiles", nargs="+", help="profile files (or built-in names) to converge and commit")
+    ap.add_argument("--runs-dir", type=Path, default=None, help="keep the converges' run folders here")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        for profile in args.profiles:
+            ref = ensure(profile, runs_dir=args.runs_dir,
+                         progress=lambda m: print(f"[{time.monotonic() - t0:5.0f}s] {m}", file=sys.stderr, flush=True))
+            print(ref, flush=True)
+    except ProvisionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
