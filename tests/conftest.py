@@ -86,5 +86,6 @@ def pytest_sessionfinish(session, exitstatus):
         lines = [f"PROVISION_REQUIRE_LAB=1: {len(_lab_skips)} lab test(s) skipped, which fails this run:"]
         lines += [f"  {nodeid}: {reason}" for nodeid, reason in _lab_skips]
         if reporter:
+            reporter.ensure_newline()
             reporter.write_line("\n".join(lines), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

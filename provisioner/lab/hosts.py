@@ -120,6 +120,7 @@ def up(
     workdir: Path = Path("lab"),
     *,
     image: str | None = None,
+    run_args: Sequence[str] = (),
     apt_cache: bool = True,
     extra_ca_certs: Sequence[Path] | None = None,
     timeout: float | None = None,
@@ -132,6 +133,9 @@ def up(
     (`extra_ca_certs`: CA files to trust inside; default: this machine's extra ones).
     Returns when every host's systemd says running/degraded and SSH with the lab key
     works against the host keys recorded in `<workdir>/known_hosts`.
+
+    run_args: more `podman run` options for the hosts this call creates (a test's small
+    filesystem: `("--tmpfs", "/opt:rw,size=64m")`); hosts already there keep theirs.
 
     timeout: seconds for booting and SSH (default BOOT_BASE_SECONDS + BOOT_SECONDS_PER_HOST
     per host). Before starting anything, the kernel limits the new hosts would exceed (inotify,
@@ -158,7 +162,7 @@ def up(
         raise ProvisionError(f"this machine cannot boot {hosts} lab host(s): " + "; ".join(short), where="--hosts",
                              fix="raise the limits (sudo scripts/setup-dev-host), or ask for fewer hosts")
     deadline = time.monotonic() + timeout
-    containers = _start_containers(wanted, prefix, workdir, image, progress)
+    containers = _start_containers(wanted, prefix, workdir, image, tuple(run_args), progress)
     sysstate = _wait_for_systemd(wanted, deadline, timeout, progress)
     proxy = aptcache.start(podman.network_gateway(), progress) if apt_cache else None
     with ThreadPoolExecutor(START_WORKERS) as pool:
@@ -193,7 +197,7 @@ def _ensure_key(workdir: Path, prefix: str, progress: Progress | None) -> Path:
     return key
 
 
-def _start_containers(wanted: list[str], prefix: str, workdir: Path, image: str,
+def _start_containers(wanted: list[str], prefix: str, workdir: Path, image: str, run_args: tuple[str, ...],
                       progress: Progress | None) -> _Containers:
     """Keep running hosts, start stopped ones, create missing ones, remove extras."""
     existing = {c["Names"][0]: c for c in podman.lab_containers(prefix)}
@@ -220,7 +224,7 @@ def _start_containers(wanted: list[str], prefix: str, workdir: Path, image: str,
             return
         podman.run("run", "-d", "--name", name, "--hostname", name,
                    "--label", f"{LABEL}={prefix}", "--label", f"{LABEL_WORKDIR}={workdir}",
-                   "--network", NETWORK, "--systemd=always", image, "/sbin/init")
+                   "--network", NETWORK, "--systemd=always", *run_args, image, "/sbin/init")
 
     if new:
         _say(progress, f"starting {len(new)} host(s): {new[0]} .. {new[-1]}" if len(new) > 1 else f"starting {new[0]}")

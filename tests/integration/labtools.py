@@ -19,11 +19,13 @@ def podman(*args: str, check: bool = False, input: str | None = None, timeout: i
 
 
 @contextlib.contextmanager
-def lab_hosts(count: int, tag: str, tmp_path_factory, *, converged: str | None = None) -> Iterator:
+def lab_hosts(count: int, tag: str, tmp_path_factory, *, converged: str | None = None,
+              run_args: tuple[str, ...] = ()) -> Iterator:
     """`count` lab hosts (`provision lab up`), removed afterwards whatever happens: fresh ones,
     or with `converged=PROFILE` hosts started from the image of a host `provision up`
     converged with that profile (provisioner.lab.converged: made once per profile and
-    product, then reused by every test that needs a converged host, not the converge)."""
+    product, then reused by every test that needs a converged host, not the converge).
+    `run_args`: more `podman run` options for the hosts."""
     from provisioner import lab
     from provisioner.lab import converged as converged_image
 
@@ -32,9 +34,9 @@ def lab_hosts(count: int, tag: str, tmp_path_factory, *, converged: str | None =
     try:
         if converged:
             image = converged_image.ensure(converged, runs_dir=tmp_path_factory.mktemp("converged-image"))
-            yield lab.up(count, prefix, workdir, image=image)
+            yield lab.up(count, prefix, workdir, image=image, run_args=run_args)
         else:
-            yield lab.up(count, prefix, workdir)
+            yield lab.up(count, prefix, workdir, run_args=run_args)
     finally:
         # The apt cache stays up: the other lab stream of the CI stage (scripts/ci-stages) may
         # be between `lab up`'s cache start and its containers' start, where down, seeing no

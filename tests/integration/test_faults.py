@@ -1,6 +1,5 @@
-"""Faults injected into a real test host (a podman systemd container reached over the
-podman connection): a nearly full filesystem, dpkg's lock held by another process. In
-each case the run refuses or fails that host with the reason, touches nothing it should
+"""Faults injected into a real test host (a lab host, reached over SSH): a nearly full
+filesystem, a controller killed mid-install, dpkg's lock held by another process. In each case the run refuses or fails that host with the reason, touches nothing it should
 not, and the host converges once the fault is gone."""
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import pytest
 
 from provisioner.engine import commands
 
+from . import labtools
 from .labtools import DRIVER_ONLY, podman, task_started
 
 pytestmark = pytest.mark.lab
@@ -26,30 +26,16 @@ if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("test hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
 PROFILE = DRIVER_ONLY
-HOST = f"t{os.getpid()}faults"
+HOST = f"t{os.getpid()}faults-1"  # the name labtools.lab_hosts gives the host below
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    """One fresh lab-image host whose /opt is a 64 MiB tmpfs (a small separate filesystem)."""
-    from provisioner.lab import aptcache
-    from provisioner.lab import hosts as lab_hosts
-    from provisioner.lab import image as lab_image
-    from provisioner.lab import podman as lab_podman
-
-    image = lab_image.ensure()
-    proxy = aptcache.start(lab_podman.network_gateway())
-    podman("run", "-d", "--name", HOST, "--hostname", HOST, "--systemd=always",
-           "--tmpfs", "/opt:rw,size=64m,mode=0755", image, "/sbin/init", check=True)
-    try:
-        podman("exec", HOST, "sh", "-c", f"printf 'Acquire::http::Proxy \"%s\";\\n' '{proxy}' > {lab_hosts.PROXY_DROPIN}",
-               check=True)
-        inventory = tmp_path_factory.mktemp("faults") / "hosts.ini"
-        inventory.write_text(f"[lab]\n{HOST} ansible_connection=containers.podman.podman "
-                             "ansible_python_interpreter=/usr/bin/python3\n")
-        yield inventory
-    finally:
-        podman("rm", "-f", "-t", "0", HOST)
+    """One fresh lab host whose /opt is a 64 MiB tmpfs (a small separate filesystem), reached
+    over SSH as the lab's sudo user, as every lab host; its inventory."""
+    with labtools.lab_hosts(1, "faults", tmp_path_factory, run_args=("--tmpfs", "/opt:rw,size=64m,mode=0755")) as lab:
+        assert lab.hosts[0].name == HOST
+        yield lab.inventory
 
 
 def installed(package: str) -> bool:
@@ -136,7 +122,7 @@ def test_controller_killed_mid_install_loses_nothing_and_the_next_up_converges(h
 def test_a_held_dpkg_lock_fails_the_host_after_the_bound_then_the_host_converges(host: Path, tmp_path: Path):
     profile = small_disk_profile(tmp_path)
     bounded = tmp_path / "hosts.ini"
-    bounded.write_text(host.read_text().rstrip("\n") + " common_apt_lock_timeout=5\n")
+    bounded.write_text(host.read_text().rstrip("\n") + "\ncommon_apt_lock_timeout=5\n")  # in [lab:vars], its last section
     locker = ("import fcntl, time\n"
               "f = open('/var/lib/dpkg/lock-frontend', 'r+')\n"
               "fcntl.lockf(f, fcntl.LOCK_EX)\n"

@@ -2,8 +2,7 @@
 (which serves two 580 builds, 580.65.06 and 580.95.05), in one module that reuses the
 same two hosts for each step:
 
-1. both start converged at 580.65.06 (from the image of a host `up` converged with that
-   profile: provisioner.lab.converged), `check` finds them so; `up --rollback` is refused then, by host name, with
+1. converge both at 580.65.06; `up --rollback` is refused then, by host name, with
    nothing touched (each host ran one profile only);
 2. `up --batch 1` to 580.95.05 with drain/gate/undrain hooks that log to a file: each
    host's gate records which driver build both hosts have at that moment, so the log
@@ -52,10 +51,12 @@ LIGHT = "cuda:\n  enabled: false\ncudnn:\n  enabled: false\nnccl:\n  enabled: fa
 
 
 @pytest.fixture(scope="module")
-def lab(profile_files, tmp_path_factory):
-    """Two hosts started converged with the old profile (provisioner.lab.converged): the
-    rollout, the rollback and the removal are the converges under test."""
-    with labtools.lab_hosts(2, "rolldrv", tmp_path_factory, converged=str(profile_files["old"])) as result:
+def lab(standin, tmp_path_factory):  # noqa: F811 - the fixture imported above
+    """Two fresh hosts, not hosts from a converged image (provisioner.lab.converged): this
+    profile enables fabric manager, nv-hostengine and the exporter without starting them (no
+    driver module is loaded), and a host booted from an image starts its enabled units, which
+    fail without a GPU; on fresh hosts the units stay as the converge left them."""
+    with labtools.lab_hosts(2, "rolldrv", tmp_path_factory) as result:
         yield result
 
 
@@ -103,7 +104,7 @@ def test_a_driver_change_rolls_node_by_node_rolls_back_and_a_component_turned_of
     one, two = (h.name for h in lab.hosts)
     runs = tmp_path / "runs"
     inv = str(lab.inventory)
-    first = _provision("check", "--profile", str(profile_files["old"]), inv, "--runs-dir", str(runs))
+    first = _provision("up", "--profile", str(profile_files["old"]), inv, "--runs-dir", str(runs))
     assert first.returncode == 0, first.stdout + first.stderr
     for host in (one, two):
         assert installed(host, [DRIVER])[DRIVER].startswith(OLD)

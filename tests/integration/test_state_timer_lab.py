@@ -90,7 +90,7 @@ def test_drift_on_one_host_reaches_prometheus_for_that_host_only_and_up_clears_i
     from provisioner.lab import podman as lab_podman
 
     # Started from the image of a host `up` converged with PROFILE (its second converge
-    # changed nothing and its check-mode converge found nothing: provisioner.lab.converged).
+    # changed nothing: provisioner.lab.converged).
     with labtools.lab_hosts(2, "st", tmp_path_factory, converged=PROFILE) as lab:
         inventory = lab.inventory
         victim, other = (h.name for h in lab.hosts)
@@ -114,6 +114,10 @@ def test_drift_on_one_host_reaches_prometheus_for_that_host_only_and_up_clears_i
             unit = podman("exec", host, "systemctl", "show", "-p", "PrivateNetwork", "-p", "ProtectSystem",
                           "-p", "NoNewPrivileges", "provision-state.service").stdout.split()
             assert sorted(unit) == ["NoNewPrivileges=yes", "PrivateNetwork=yes", "ProtectSystem=strict"], unit
+
+        # The check-mode converge finds nothing to do (one host: both are the image's).
+        deep = run("check", inventory, tmp_path, deep=True, limit=victim)
+        assert deep.exit_code == 0, deep.as_dict()
 
         out = tmp_path / "mon"
         target = commands.prepare(PROFILE, inventory)

@@ -102,7 +102,7 @@ def test_second_up_changes_nothing_then_check_finds_exactly_the_drift(converged_
     lab_hosts = converged_lab
     inventory = lab_hosts.inventory
     # The hosts started converged: the image is made only from a host whose second full
-    # converge changed nothing and whose check-mode converge found nothing (lab.converged).
+    # converge changed nothing (lab.converged); the check-mode converge is below.
     # The default: the survey (preflight and verification in one module call per host)
     # finds each host in its recorded state, skips the converge and verifies it from that
     # same call: one playbook, nothing after it.
