@@ -52,7 +52,6 @@ def test_lab_host_trusts_and_installs_from_the_stand_in(tmp_path_factory):
             name = lab.hosts[0].name
             print(f"lab host {name} up in {time.monotonic() - t0:.0f}s")
             setup = _sh(name, f"""set -e
-printf 'Acquire::http::Proxy::{gateway} "DIRECT";\\n' > /etc/apt/apt.conf.d/01provisioner-standin-direct
 curl -fsS -o {KEYRING} {url}{repo.key_path}
 cat > {SOURCES} <<'EOF'
 Types: deb
