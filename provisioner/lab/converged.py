@@ -12,8 +12,8 @@ nothing (`_prove`): tests on its hosts stand on those runs and need not repeat t
 (a fresh host, a fleet that loses hosts, a killed controller) still converge fresh hosts.
 
 The key is the digest of everything that decides what the converge leaves on the host: the
-resolved profile (the `extends` chain included), the bytes of the profile file and of its CA
-certificates, the wheelhouse's listing, every file of the
+resolved profile (the `extends` chain included), the bytes of the profile file, of its CA
+certificates and of any extra files a caller names, the wheelhouse's listing, every file of the
 product (the Python package and the Ansible collection: any change converges again) and
 the base image's tag (its own recipe digest). A host started from the image is a host
 that converge would have left, but for what makes a host itself:
@@ -47,7 +47,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Callable
 
@@ -62,7 +62,7 @@ IMAGE_REPO = "localhost/provisioner-lab-converged"
 LABEL_PROFILE = "io.github.gpu-provisioner.lab.converged.profile"
 LABEL_KEY = "io.github.gpu-provisioner.lab.converged.key"
 LOCK_DIR = Path(os.environ.get("PROVISIONER_LAB_CONVERGED_LOCKS", "/var/lock/provisioner-lab-converged"))
-# Bump when what CLEAN removes, or how an image is made, changes in a way the key does not show.
+# Bump when what `_clean` removes, or how an image is made, changes in a way the key does not show.
 FORMAT = 2
 
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def product_digest() -> str:
     return h.hexdigest()
 
 
-def key(profile_ref: str, base_image: str) -> str:
+def key(profile_ref: str, base_image: str, extra_files: Iterable[Path] = ()) -> str:
     """The image key of `profile_ref` converged on `base_image` (see the module's docstring)."""
     from provisioner import profiles
 
@@ -123,7 +123,7 @@ def key(profile_ref: str, base_image: str) -> str:
         for w in sorted(Path(mirrors.wheelhouse_source).iterdir()):
             st = w.stat()
             h.update(f"{w.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    for f in [Path(profile_ref), *map(Path, mirrors.ca_certificates)]:
+    for f in [Path(profile_ref), *map(Path, mirrors.ca_certificates), *extra_files]:
         if f.is_file():
             h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()[:16]
@@ -141,7 +141,8 @@ def _locked(image_key: str) -> Iterator[None]:
         yield
 
 
-def ensure(profile_ref: str, *, progress: Progress | None = None, runs_dir: Path | None = None) -> str:
+def ensure(profile_ref: str, *, extra_files: Iterable[Path] = (), progress: Progress | None = None,
+           runs_dir: Path | None = None) -> str:
     """The ref of the converged image for `profile_ref`, converging a fresh host and
     committing it first when there is none yet. A converge that does not end clean (exit 0)
     raises ProvisionError with its verdict, and no image is made."""
@@ -149,7 +150,8 @@ def ensure(profile_ref: str, *, progress: Progress | None = None, runs_dir: Path
 
     podman.preflight()
     base = lab_image.ensure(progress=progress)
-    image_key = key(profile_ref, base)
+    extra = list(extra_files)
+    image_key = key(profile_ref, base, extra)
     ref = ref_for(image_key)
     with _locked(image_key):
         if lab_image.image_exists(ref):
