@@ -1,8 +1,8 @@
 """Day two, kernels and module signing, on one real lab host (tests/data/profiles/lab-kernel.yml:
 driver.hold_kernel: true, driver.secure_boot: sign).
 
-The host starts converged with lab-driver-only (provisioner.lab.converged). A second Debian
-kernel (the archive's current linux-image-<ver>-amd64 and its headers) is installed in it; `up` has DKMS build Debian's nvidia-current module for it, signed with
+A second Debian kernel (the archive's current linux-image-<ver>-amd64 and its headers) is
+installed in the host; `up` has DKMS build Debian's nvidia-current module for it, signed with
 the machine owner key the role generated (modinfo's signer and sig_key are the certificate's),
 holds the kernel packages and fences them from unattended-upgrades. A second converge changes
 nothing and check (fast and --deep) finds nothing. Then the module is taken out of that kernel
@@ -62,10 +62,7 @@ def checks(report, host: str) -> dict[str, tuple[str, str]]:
 def test_second_kernel_gets_a_signed_module_and_check_names_a_kernel_without_one(tmp_path_factory, tmp_path):
     started = time.monotonic()
     version = profiles.load(PROFILE).profile.driver.version  # debian12-lab's: Debian's nvidia-current
-    # Started converged with the profile this one extends (driver only): turning the kernel
-    # options on for a host that has the driver is the converge under test, with the DKMS
-    # build for the second kernel; the driver's own install is proven elsewhere.
-    with labtools.lab_hosts(1, "kn", tmp_path_factory, converged=labtools.DRIVER_ONLY) as lab:
+    with labtools.lab_hosts(1, "kn", tmp_path_factory) as lab:
         host = lab.hosts[0].name
         # The archive's current kernel, as the meta package names it ("Depends: linux-image-6.1.0-NN-amd64").
         depends = sh(host, "apt-cache", "depends", "linux-image-amd64")
