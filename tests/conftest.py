@@ -70,14 +70,12 @@ def _skip_reason(report) -> str:
     return str(longrepr)
 
 
-def pytest_collectreport(report):
+def _note_lab_skip(report) -> None:
     if report.skipped and _is_lab(report):
         _lab_skips.append((report.nodeid, _skip_reason(report)))
 
 
-def pytest_runtest_logreport(report):
-    if report.skipped and _is_lab(report):
-        _lab_skips.append((report.nodeid, _skip_reason(report)))
+pytest_collectreport = pytest_runtest_logreport = _note_lab_skip  # a module skipped, or one test
 
 
 def pytest_sessionfinish(session, exitstatus):

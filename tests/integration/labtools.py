@@ -32,11 +32,8 @@ def lab_hosts(count: int, tag: str, tmp_path_factory, *, converged: str | None =
     workdir = tmp_path_factory.mktemp("lab")
     prefix = f"t{os.getpid()}{tag}"
     try:
-        if converged:
-            image = converged_image.ensure(converged, runs_dir=tmp_path_factory.mktemp("converged-image"))
-            yield lab.up(count, prefix, workdir, image=image, run_args=run_args)
-        else:
-            yield lab.up(count, prefix, workdir, run_args=run_args)
+        image = converged_image.ensure(converged, runs_dir=tmp_path_factory.mktemp("converged-image")) if converged else None
+        yield lab.up(count, prefix, workdir, image=image, run_args=run_args)  # image None: the base image
     finally:
         # The apt cache stays up: the other lab stream of the CI stage (scripts/ci-stages) may
         # be between `lab up`'s cache start and its containers' start, where down, seeing no
