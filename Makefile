@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOSTS ?= 3
 
-.PHONY: host venv test test-unit demo lab-down clean
+.PHONY: host venv test test-unit test-extended demo lab-down clean
 
 host:
 	scripts/setup-dev-host
@@ -27,6 +27,10 @@ test:
 
 test-unit:
 	scripts/ci-stages unit
+
+# The lab tests a CI run leaves out for time (marked `extended`; scripts/ci-stages).
+test-extended:
+	VENV=$(VENV) scripts/ci-stages extended
 
 demo: host venv
 	$(VENV)/bin/provision lab up --hosts $(HOSTS)

@@ -22,7 +22,7 @@ from ..test_collection_build import ENV, build_and_install
 from . import labtools
 from .labtools import DRIVER_ONLY, podman
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]  # CI leaves it out for time: make test-extended
 
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)

@@ -34,7 +34,7 @@ from provisioner.engine import commands
 from . import labtools
 from .labtools import podman
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]  # CI leaves it out for time: make test-extended
 
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)

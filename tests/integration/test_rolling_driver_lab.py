@@ -40,7 +40,7 @@ from . import labtools
 from .labtools import podman
 from .test_production_path_lab import PROFILE, installed, sh, standin  # noqa: F401 - a fixture
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]  # CI leaves it out for time: make test-extended
 
 PROVISION = str(Path(sys.executable).parent / "provision")
 OLD, NEW = "580.65.06", "580.95.05"
