@@ -446,12 +446,6 @@ def flavour_carries(p: Profile) -> Iterator[Problem]:
                           f"use {kind} {' or '.join(m + '.x' for m in carries[key])}, or os: {other}")
 
 
-def package_names(kind: str, cuda_major: int | str) -> dict[str, str]:
-    """cuDNN 9 / DCGM 4 package names for a CUDA major, from compat.yml package_naming."""
-    naming = matrix()["package_naming"][kind]
-    return {role: name.format(cuda_major=cuda_major) for role, name in naming.items() if role != "cuda_majors"}
-
-
 # --- GPUDirect RDMA (InfiniBand profiles) ---------------------------------------------
 
 @dataclass(frozen=True)

@@ -87,3 +87,80 @@ def pytest_sessionfinish(session, exitstatus):
             reporter.ensure_newline()
             reporter.write_line("\n".join(lines), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --------------------------------------------------------------------------- markers tell the truth
+# A test that runs Ansible (a playbook, an ad-hoc module, ansible-runner) is marked `ansible`
+# (or lab/molecule): the unit stage and the fast loop leave those out, and a real Ansible run
+# costs seconds. An unmarked test that starts one fails, named. Caught three ways: in this
+# process (ansible_runner's entry points, subprocess.Popen of an Ansible program by any path)
+# and in its children (a PATH folder whose Ansible programs note the call and exit 97), so a
+# `provision` CLI run in a subprocess is caught too.
+_ANSIBLE_PROGRAMS = ("ansible", "ansible-playbook", "ansible-runner", "ansible-inventory", "ansible-console")
+_RUNNER_ENTRY_POINTS = ("run", "run_async", "run_command", "run_command_async")
+_CALLS_ENV = "PROVISION_TEST_ANSIBLE_CALLS"
+_SHIM = f"""#!/bin/sh
+echo "${{0##*/}}" >> "${_CALLS_ENV}"
+echo "ansible started by a test not marked ansible (tests/conftest.py): mark the test" >&2
+exit 97
+"""
+
+
+def _ansible_program(args) -> str | None:
+    """The Ansible program a Popen call starts (argv list, or a shell string), if it is one."""
+    first = args.split()[0] if isinstance(args, str) and args.strip() else (
+        args[0] if isinstance(args, (list, tuple)) and args else args)
+    name = os.path.basename(os.fsdecode(first)) if isinstance(first, (str, bytes, os.PathLike)) else ""
+    return name if name in _ANSIBLE_PROGRAMS else None
+
+
+@pytest.fixture(scope="session")
+def _ansible_shims(tmp_path_factory) -> Path:
+    shims = tmp_path_factory.mktemp("no-ansible")
+    for program in _ANSIBLE_PROGRAMS:
+        (shims / program).write_text(_SHIM)
+        (shims / program).chmod(0o755)
+    return shims
+
+
+@pytest.fixture(autouse=True)
+def _ansible_only_in_marked_tests(request, monkeypatch):
+    if {"ansible", "lab", "molecule"} & {m.name for m in request.node.iter_markers()}:
+        yield
+        return
+    import subprocess
+
+    import ansible_runner
+    import ansible_runner.interface
+
+    shims: Path = request.getfixturevalue("_ansible_shims")
+    calls = shims / "calls"
+    calls.unlink(missing_ok=True)
+    started: list[str] = []
+
+    def refuse(what: str):
+        started.append(what)
+        raise RuntimeError(f"{what} started by a test not marked ansible (tests/conftest.py): mark the test")
+
+    real_init = subprocess.Popen.__init__
+
+    def popen_init(self, args, *a, **kw):
+        program = _ansible_program(args)
+        if program:
+            refuse(program)
+        real_init(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen_init)
+    for module in (ansible_runner, ansible_runner.interface):
+        for name in _RUNNER_ENTRY_POINTS:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, lambda *a, _name=name, **kw: refuse(f"ansible_runner.{_name}"))
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv(_CALLS_ENV, str(calls))
+    yield
+    if calls.exists():
+        started += calls.read_text().split()
+    if started:
+        pytest.fail(f"{request.node.nodeid} starts Ansible ({', '.join(sorted(set(started)))}) but is not marked "
+                    "ansible: mark it @pytest.mark.ansible (the unit stage and the fast loop leave those out)",
+                    pytrace=False)

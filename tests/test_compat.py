@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from provisioner import compat, profiles
+from .conftest import REPO
 from provisioner.models import Profile
 from provisioner.profiles import deep_merge
 
@@ -249,18 +250,12 @@ def test_nvidia_smi_names_of_current_cards():
         assert (compat.architecture_of(p), compat.compute_capability(p)) == (arch, cc), model
 
 
-def test_cudnn9_and_dcgm4_names_are_data_and_the_catalogue_carries_them():
-    from provisioner import catalogue
-
-    assert compat.package_names("cudnn9", 13) == {"runtime": "libcudnn9-cuda-13", "dev": "libcudnn9-dev-cuda-13",
-                                                   "meta": "cudnn9-cuda-13"}
-    assert compat.package_names("dcgm4", 13) == {"core": "datacenter-gpu-manager-4-core",
-                                                  "cuda": "datacenter-gpu-manager-4-cuda13"}
-    for flavour in ("ubuntu2204", "ubuntu2404"):
-        cat = catalogue.load(flavour)
-        for name in (*compat.package_names("cudnn9", 13).values(), *compat.package_names("dcgm4", 13).values(),
-                     compat.package_names("cudnn9", 12)["runtime"]):
-            assert cat.versions(name), (flavour, name)
+def test_package_naming_stays_gone():
+    # compat.yml's package_naming (cuDNN 9 / DCGM 4 names per CUDA major) and compat.package_names
+    # were read by nothing but their own test: the catalogue names each package itself.
+    assert "package_naming" not in compat.matrix()
+    assert "package_naming" not in (REPO / "provisioner" / "data" / "compat.yml").read_text()
+    assert not hasattr(compat, "package_names")
 
 
 def test_flavour_table_agrees_with_the_catalogues():

@@ -100,7 +100,7 @@ def module_states(modules: dict, version: str, kernels: list[str]) -> dict[str, 
     its source but built it for no kernel) or absent (DKMS does not know that version)."""
     mod = modules.get(version)
     if mod is None:
-        return {k: "absent" for k in kernels}
+        return dict.fromkeys(kernels, "absent")
     return {k: mod["kernels"].get(k, "added") for k in kernels}
 
 

@@ -57,6 +57,7 @@ provisioner_ddp:
   type: dict
 """
 
+import contextlib
 import json
 import os
 import re
@@ -148,17 +149,13 @@ def main():
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
     finally:  # nothing of the job outlives this call, whatever happened
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
     results = []
     for line in stdout.splitlines():
         if line.startswith("DDP_RESULT "):
-            try:
+            with contextlib.suppress(ValueError):
                 results.append(json.loads(line[len("DDP_RESULT "):]))
-            except ValueError:
-                pass
     module.exit_json(changed=False, provisioner_ddp={
         "rc": proc.returncode if not timed_out else 124, "argv": argv[1:], "results": results,
         "stderr": stderr[-6000:], "seconds": round(time.monotonic() - started, 3), "timed_out": timed_out,

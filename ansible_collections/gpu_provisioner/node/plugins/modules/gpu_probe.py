@@ -160,9 +160,7 @@ def kernel_log(timeout, limit):
     r = run(["journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"], timeout, 50_000_000)
     if r["rc"] != 0 or not r["stdout"].strip():
         d = run(["dmesg", "--time-format", "iso"], timeout, 50_000_000)
-        if d["rc"] == 0 and d["stdout"].strip():
-            r = d
-        elif d["stderr"] and not r["stderr"]:
+        if (d["rc"] == 0 and d["stdout"].strip()) or (d["stderr"] and not r["stderr"]):
             r = d
     lines = r["stdout"].splitlines()
     nvrm = [line for line in lines if "NVRM" in line or "nvidia" in line.lower()]

@@ -65,6 +65,7 @@ provisioner_network_stopped:
   type: bool
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -122,10 +123,8 @@ def stop(port):
             stopped = True
         except OSError:
             pass
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
     return stopped
 
 
