@@ -176,23 +176,30 @@ def judge_health(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
     if not gpus:
         return [skipped("gpu health", "no GPU health readings (needs nvidia-smi -q -x with at least one GPU)")]
     limits = skus.thresholds(profile, gpus[0][1].name)
-    checks = []
-    # ECC counters since the driver loaded
+    return [*_ecc(gpus, limits), *_memory_repair(gpus, limits), *_pcie_link(gpus), *_clocks(gpus),
+            *_gpu_fabric(profile, gpus)]
+
+
+def _ecc(gpus, limits) -> list[Check]:
+    """ECC counters since the driver loaded."""
     counted = [(i, g, h) for i, g, h in gpus if h.ecc_uncorrectable is not None or h.ecc_correctable is not None]
     if not counted:
-        checks.append(skipped("ecc errors", "no ECC counters on these GPUs (ECC off or not supported)"))
-    else:
-        bad = [f"{_gpu_label(i, g)}: {h.ecc_uncorrectable} uncorrectable" for i, g, h in counted
-               if (h.ecc_uncorrectable or 0) > limits.ecc_uncorrectable_max]
-        if limits.ecc_correctable_max is not None:
-            bad += [f"{_gpu_label(i, g)}: {h.ecc_correctable} correctable" for i, g, h in counted
-                    if (h.ecc_correctable or 0) > limits.ecc_correctable_max]
-        checks.append(failed("ecc errors", f"{'; '.join(bad)} ECC error(s) since the driver loaded (threshold: "
-                                           f"{limits.ecc_uncorrectable_max} uncorrectable): drain, reset the GPU; RMA if "
-                                           "they return") if bad
-                      else passed("ecc errors", f"uncorrectable ECC errors within the threshold "
-                                                f"({limits.ecc_uncorrectable_max}) on all {len(counted)} GPU(s)"))
-    # memory repair: row remapping (Ampere and later) or page retirement (before)
+        return [skipped("ecc errors", "no ECC counters on these GPUs (ECC off or not supported)")]
+    bad = [f"{_gpu_label(i, g)}: {h.ecc_uncorrectable} uncorrectable" for i, g, h in counted
+           if (h.ecc_uncorrectable or 0) > limits.ecc_uncorrectable_max]
+    if limits.ecc_correctable_max is not None:
+        bad += [f"{_gpu_label(i, g)}: {h.ecc_correctable} correctable" for i, g, h in counted
+                if (h.ecc_correctable or 0) > limits.ecc_correctable_max]
+    return [failed("ecc errors", f"{'; '.join(bad)} ECC error(s) since the driver loaded (threshold: "
+                                 f"{limits.ecc_uncorrectable_max} uncorrectable): drain, reset the GPU; RMA if "
+                                 "they return") if bad
+            else passed("ecc errors", f"uncorrectable ECC errors within the threshold "
+                                      f"({limits.ecc_uncorrectable_max}) on all {len(counted)} GPU(s)")]
+
+
+def _memory_repair(gpus, limits) -> list[Check]:
+    """Row remapping (Ampere and later) or page retirement (before)."""
+    checks = []
     remap = [(i, g, h) for i, g, h in gpus if h.remap_pending is not None or h.remap_failure is not None]
     retire = [(i, g, h) for i, g, h in gpus if h.retired_sbe is not None or h.retired_dbe is not None]
     if remap:
@@ -220,41 +227,50 @@ def judge_health(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
                                                   f"{limits.retired_pages_max}), none pending"))
     if not remap and not retire:
         checks.append(skipped("memory repair", "no row-remap or page-retirement readings on these GPUs"))
-    # PCIe link: the generation (and on some boards the width) drops at idle by design
+    return checks
+
+
+def _pcie_link(gpus) -> list[Check]:
+    """The PCIe link under load: the generation (and on some boards the width) drops at idle by design."""
     links = [(i, g, h) for i, g, h in gpus if h.pcie_width and h.pcie_width_max]
     loaded = [(i, g, h) for i, g, h in links if (h.utilization or 0) >= UNDER_LOAD_PERCENT]
     if not links:
-        checks.append(skipped("pcie link", "no PCIe link readings"))
-    elif not loaded:
-        checks.append(skipped("pcie link", f"judged only under load (>= {UNDER_LOAD_PERCENT}% utilization): the link "
-                                           "slows down at idle by design"))
-    else:
-        narrow = [f"{_gpu_label(i, g)} x{h.pcie_width} of x{h.pcie_width_max}"
-                  + (f", gen {h.pcie_gen} of {h.pcie_gen_max}" if h.pcie_gen and h.pcie_gen_max else "")
-                  for i, g, h in loaded if h.pcie_width < h.pcie_width_max
-                  or (h.pcie_gen and h.pcie_gen_max and h.pcie_gen < h.pcie_gen_max)]
-        checks.append(failed("pcie link", f"under load, below its maximum: {'; '.join(narrow)}: reseat the GPU or check "
-                                          "the riser/slot") if narrow
-                      else passed("pcie link", f"{len(loaded)} GPU(s) under load at their maximum link width and gen"))
-    # throttling
+        return [skipped("pcie link", "no PCIe link readings")]
+    if not loaded:
+        return [skipped("pcie link", f"judged only under load (>= {UNDER_LOAD_PERCENT}% utilization): the link "
+                                     "slows down at idle by design")]
+    narrow = [f"{_gpu_label(i, g)} x{h.pcie_width} of x{h.pcie_width_max}"
+              + (f", gen {h.pcie_gen} of {h.pcie_gen_max}" if h.pcie_gen and h.pcie_gen_max else "")
+              for i, g, h in loaded if h.pcie_width < h.pcie_width_max
+              or (h.pcie_gen and h.pcie_gen_max and h.pcie_gen < h.pcie_gen_max)]
+    return [failed("pcie link", f"under load, below its maximum: {'; '.join(narrow)}: reseat the GPU or check "
+                                "the riser/slot") if narrow
+            else passed("pcie link", f"{len(loaded)} GPU(s) under load at their maximum link width and gen")]
+
+
+def _clocks(gpus) -> list[Check]:
+    """Throttling: hardware or thermal slowdowns, not the GPU doing what it was told."""
     throttled = [f"{_gpu_label(i, g)}: {', '.join(BAD_CLOCK_REASONS[r] for r in h.clock_reasons if r in BAD_CLOCK_REASONS)}"
                  for i, g, h in gpus if set(h.clock_reasons) & set(BAD_CLOCK_REASONS)]
     benign = sorted({r for _, _, h in gpus for r in h.clock_reasons} - set(BAD_CLOCK_REASONS))
-    checks.append(failed("clocks", f"slowed down: {'; '.join(throttled)}: check cooling, power and the BMC's logs")
-                  if throttled else passed("clocks", "no hardware or thermal slowdown"
-                                           + (f" (benign reasons active: {', '.join(benign)})" if benign else "")))
-    # the GPU fabric (NVSwitch systems, Blackwell)
+    return [failed("clocks", f"slowed down: {'; '.join(throttled)}: check cooling, power and the BMC's logs")
+            if throttled else passed("clocks", "no hardware or thermal slowdown"
+                                     + (f" (benign reasons active: {', '.join(benign)})" if benign else ""))]
+
+
+def _gpu_fabric(profile: Profile, gpus) -> list[Check]:
+    """The GPU fabric (NVSwitch systems, Blackwell)."""
     fabric = [(i, g, h) for i, g, h in gpus if h.fabric_state]
     if fabric:
         bad_fabric = [f"{_gpu_label(i, g)}: {h.fabric_state}" + (f" ({h.fabric_status})" if h.fabric_status else "")
                       for i, g, h in fabric if h.fabric_state != "Completed"
                       or (h.fabric_status and h.fabric_status != "Success")]
-        checks.append(failed("gpu fabric", f"not joined to the NVLink fabric: {'; '.join(bad_fabric)}: check "
-                                           "nvidia-fabricmanager (or the NVLink switch tray)") if bad_fabric
-                      else passed("gpu fabric", f"fabric state Completed on all {len(fabric)} GPU(s)"))
-    elif profile.hardware.interconnect == "nvswitch":
-        checks.append(skipped("gpu fabric", "the driver reports no GPU fabric state (before R550, or no NVSwitch)"))
-    return checks
+        return [failed("gpu fabric", f"not joined to the NVLink fabric: {'; '.join(bad_fabric)}: check "
+                                     "nvidia-fabricmanager (or the NVLink switch tray)") if bad_fabric
+                else passed("gpu fabric", f"fabric state Completed on all {len(fabric)} GPU(s)")]
+    if profile.hardware.interconnect == "nvswitch":
+        return [skipped("gpu fabric", "the driver reports no GPU fabric state (before R550, or no NVSwitch)")]
+    return []
 
 
 # --- Xid events -----------------------------------------------------------------------------
