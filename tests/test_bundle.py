@@ -83,6 +83,7 @@ def test_different_profile_different_bundle(built, tmp_path):
     assert bundle.sha256_of(other) != bundle.sha256_of(built)
 
 
+@pytest.mark.ansible
 def test_bundle_is_a_valid_ansible_project(built, tmp_path):
     """ansible-playbook --syntax-check and ansible-inventory read the unpacked bundle as they would on a node."""
     unpacked = tmp_path / "unpacked"

@@ -75,6 +75,7 @@ def test_leftovers_purge_only_our_packages_of_a_component_no_role_manages_now():
     assert state.leftovers(None, now)["purge"] == []
 
 
+@pytest.mark.ansible
 def test_the_module_records_components_ours_and_previous_and_retire_removes_our_files(tmp_path: Path):
     ours_file, theirs = tmp_path / "ours.conf", tmp_path / "kept.conf"
     ours_file.write_text("a\n")

@@ -100,6 +100,7 @@ def test_render_is_byte_identical_across_runs(tmp_path: Path):
     assert filecmp.dircmp(tmp_path / "a", tmp_path / "a2").diff_files == ["ansible.cfg"]
 
 
+@pytest.mark.ansible
 def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     out = tmp_path / "out"
     render(profiles.load("h100-train"), inventory.load(EXAMPLE), out)
