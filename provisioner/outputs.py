@@ -22,8 +22,7 @@ import tempfile
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
-from provisioner.field_types import control_character
-from provisioner.safe_paths import system_dir_reason
+from provisioner.safe_paths import control_character, system_dir_reason
 
 # Every text file we render starts with this; it is how a folder we rendered is recognised.
 SIGNATURE = "# Rendered by `provision "

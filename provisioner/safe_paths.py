@@ -3,12 +3,14 @@
 The python_env role builds, switches and removes environments under the profile's
 prefix, and `render -o` writes into a folder; neither may ever be `/`, `/usr`, `/etc`,
 `/opt` itself and the like, where a rebuild or a rendered file would damage the host.
+And no path (nor any other one-line text) may hold a control or line-breaking character.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 
 # Folders of the system itself. A subfolder of one (/opt/venvs, /usr/local/envs) is fine;
 # the folder itself, never.
@@ -47,4 +49,13 @@ def host_dir_problem(path: str) -> str | None:
         return reason
     if normal != path or path.startswith("//"):
         return f"{path!r} is not normalised; write {normal}"
+    return None
+
+
+def control_character(value: str) -> str | None:
+    """The first control or line-breaking character in `value`, described; None if none."""
+    for index, char in enumerate(value):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            name = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab"}.get(char, f"U+{ord(char):04X}")
+            return f"{name} at character {index + 1}"
     return None

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from provisioner.judge import captures
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.profiles import deep_merge
 from provisioner import profiles
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 
-from provisioner import inventory as inventory_mod
+from provisioner.render import inventory as inventory_mod
 from provisioner import paths, profiles
 from provisioner.render import render
 

@@ -19,7 +19,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from provisioner import inventory, profiles, role_specs
+from provisioner.render import inventory, role_specs
+from provisioner import profiles
 from provisioner.cli import app
 from provisioner.errors import ProvisionError
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import bundle, paths, profiles
-from provisioner.ansible_data import load_unsafe
+from provisioner.render import bundle
+from provisioner import paths, profiles
+from provisioner.render.ansible_data import load_unsafe
 from provisioner.errors import ProvisionError
 
 DATA = Path(__file__).resolve().parent / "data"

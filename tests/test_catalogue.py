@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from provisioner import catalogue
-from provisioner.catalogue import compare_versions, parse_relation
+from provisioner.profiles import catalogue
+from provisioner.profiles.catalogue import compare_versions, parse_relation
 
 
 @pytest.fixture(scope="module", params=catalogue.flavours())

@@ -7,9 +7,10 @@ import datetime as dt
 
 import pytest
 
-from provisioner import compat, profiles
+from provisioner.profiles import compat
+from provisioner import profiles
 from .conftest import REPO
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.profiles import deep_merge
 
 
@@ -261,7 +262,7 @@ def test_package_naming_stays_gone():
 def test_flavour_table_agrees_with_the_catalogues():
     import re
 
-    from provisioner import catalogue
+    from provisioner.profiles import catalogue
 
     for flavour, carries in compat.matrix()["flavours"].items():
         cat = catalogue.load(flavour)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import catalogue
+from provisioner.profiles import catalogue
 from provisioner.lab import cudarepo
 
 from .conftest import COLLECTION

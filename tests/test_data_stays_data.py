@@ -19,7 +19,8 @@ import ansible_runner
 import pytest
 import yaml
 
-from provisioner import inventory, profiles
+from provisioner.render import inventory
+from provisioner import profiles
 from provisioner.errors import ProvisionError
 from provisioner.render import render
 

@@ -195,7 +195,7 @@ def test_a_driver_change_moves_only_installed_packages_and_stops_only_running_ho
 
 def test_check_folds_a_turned_off_component_into_drift(tmp_path: Path):
     from provisioner.engine.runner import HostRun, PlaybookRun
-    from provisioner.inventory import load as load_inventory
+    from provisioner.render.inventory import load as load_inventory
     from provisioner.reports.report import Report
 
     inv = tmp_path / "hosts.ini"

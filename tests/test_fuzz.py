@@ -14,7 +14,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioner import inventory, profiles, role_specs
+from provisioner.render import inventory, role_specs
+from provisioner import profiles
 from provisioner.errors import ProvisionError
 
 pytestmark = pytest.mark.slow
@@ -152,8 +153,8 @@ def test_any_string_in_the_profiles_string_fields(tmp_path_factory, changes, pac
     except ProvisionError as err:
         assert err.message
         return
-    from provisioner.ansible_data import dump_unsafe
-    from provisioner.field_types import control_character
+    from provisioner.render.ansible_data import dump_unsafe
+    from provisioner.safe_paths import control_character
     from provisioner.render import role_vars
 
     accepted = profiles.as_dict(loaded.profile)

@@ -15,8 +15,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from provisioner import inventory, outputs, profiles, role_specs, secrets
-from provisioner.ansible_data import dump_unsafe, load_unsafe
+from provisioner.render import inventory, role_specs, secrets
+from provisioner import outputs, profiles
+from provisioner.render.ansible_data import dump_unsafe, load_unsafe
 from provisioner.cli import app
 from provisioner.engine import commands
 from provisioner.errors import ProvisionError
@@ -261,7 +262,7 @@ def test_usage_errors_exit_1_not_2(args: list[str]):
 
 
 def test_exit_2_still_means_verification_failed(tmp_path: Path):
-    from provisioner.judge.checks import failed
+    from provisioner.verdicts.checks import failed
 
     report = Report("verify", "p", "0" * 64, "hosts.ini", tmp_path, started="now",
                     hosts=[HostReport("n1", "ok", checks=[failed("gpu count", "0 of 8")])])

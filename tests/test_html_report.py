@@ -12,7 +12,7 @@ from rich.console import Console
 
 from provisioner.engine import commands
 from provisioner.reports import html as html_report
-from provisioner.judge.checks import failed, passed, skipped
+from provisioner.verdicts.checks import failed, passed, skipped
 from provisioner.errors import ProvisionError
 from provisioner.reports import report as report_mod
 from provisioner.reports.report import HostReport, Report

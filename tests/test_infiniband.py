@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from provisioner import compat, profiles
+from provisioner.profiles import compat
+from provisioner import profiles
 from provisioner.judge import preflight, verify
 from provisioner.parsers import ibstat
 from provisioner.render import PROFILE_FIELD, role_vars

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import inventory, profiles
-from provisioner.ansible_data import load_unsafe
+from provisioner.render import inventory
+from provisioner import profiles
+from provisioner.render.ansible_data import load_unsafe
 from provisioner.render import render
 
 from .conftest import DATA, REPO
@@ -113,7 +114,7 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     assert sorted(hostvars) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "login-01"]
     node = hostvars["gpu-node-03"]
     # Plain profile strings reach Ansible as plain strings (versions stay strings, see
-    # provisioner/ansible_data.py); only a string that could template is marked unsafe.
+    # provisioner/render/ansible_data.py); only a string that could template is marked unsafe.
     assert node["nvidia_driver_version"] == "580.95.05" and node["fabric_manager_version"] == "580.95.05"
     assert node["nccl_pins"] == {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"}
     assert node["cudnn_pins"]["libcudnn8"] == "8.9.7.29-1+cuda12.2"

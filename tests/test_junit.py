@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.reports import junit
-from provisioner.judge.checks import failed, passed, skipped
+from provisioner.verdicts.checks import failed, passed, skipped
 from provisioner.reports.report import HostReport, Report
 
 WEIRD = 'gpu<1>&"x"'

@@ -16,7 +16,7 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernel
 from provisioner import profiles
 from provisioner.engine import commands, drift
 from provisioner.judge import kernels as judge
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.render import PROFILE_FIELD, role_vars
 
 DATA = Path(__file__).parent / "data" / "dkms"

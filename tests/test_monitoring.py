@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from provisioner import inventory as inventory_mod
+from provisioner.render import inventory as inventory_mod
 from provisioner import profiles
 from provisioner.reports import monitoring
 from provisioner.errors import ProvisionError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import inventory as inventory_mod
+from provisioner.render import inventory as inventory_mod
 from provisioner import profiles
 from provisioner.engine import network as net
 from provisioner.errors import ProvisionError

@@ -1,5 +1,5 @@
 """What a profile installs from NVIDIA's CUDA repository, resolved in the package catalogue
-of its repository flavour before any host is touched (provisioner/packages.py)."""
+of its repository flavour before any host is touched (provisioner/profiles/packages.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import catalogue, packages, profiles
+from provisioner.profiles import catalogue, packages
+from provisioner import profiles
 from provisioner.errors import ProvisionError
 from provisioner.render import role_vars
 

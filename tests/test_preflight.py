@@ -72,7 +72,7 @@ def test_unreadable_free_space_is_a_skip_not_a_pass():
 def test_an_nvswitch_profile_without_gpus_needs_no_nvswitch():
     # The lab takes h100-train's software on GPU-less hosts: the GPU count is relaxed to 0,
     # the interconnect stays nvswitch (fabric manager is installed), and no NVSwitch is needed.
-    from provisioner.models import Profile
+    from provisioner.profiles.models import Profile
 
     data = profiles.as_dict(profiles.load("h100-train").profile)
     data["hardware"]["gpu"]["count"] = 0

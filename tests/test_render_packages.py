@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner import compat, profiles
+from provisioner.profiles import compat
+from provisioner import profiles
 from provisioner.render import role_vars
 
 

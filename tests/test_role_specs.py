@@ -8,7 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from provisioner import profiles, role_specs
+from provisioner import profiles
+from provisioner.render import role_specs
 from provisioner.cli import app
 from provisioner.render import role_vars
 

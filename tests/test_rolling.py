@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from provisioner.cli import app
 from provisioner.engine import rolling
 from provisioner.errors import ProvisionError
-from provisioner.judge.checks import failed, passed
+from provisioner.verdicts.checks import failed, passed
 from provisioner.reports import report as report_mod
 from provisioner.reports.report import HostReport, Report
 from provisioner.reports.table import render_table

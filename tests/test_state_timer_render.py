@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import bundle, profiles, render
-from provisioner.ansible_data import load_unsafe
+from provisioner.render import bundle
+from provisioner import profiles, render
+from provisioner.render.ansible_data import load_unsafe
 from provisioner.errors import ProvisionError
 
 from .conftest import ROLES

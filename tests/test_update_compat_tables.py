@@ -48,7 +48,7 @@ def test_torch_releases_and_arches_from_the_release_matrix():
 
 
 def test_the_matrix_reads_the_generated_tables():
-    from provisioner import compat
+    from provisioner.profiles import compat
 
     generated = yaml.safe_load((REPO / "provisioner" / "data" / "compat_generated.yml").read_text())
     assert compat.matrix()["torch"] == generated["torch"]

@@ -19,7 +19,7 @@ from provisioner.judge import verify
 from provisioner.parsers import nccl_tests
 from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.profiles import deep_merge
 
 

@@ -78,7 +78,7 @@ def bundle(
     force: Force = False,
 ) -> None:
     """Write a self-contained tarball (playbooks, roles, resolved profile, local.yml) a node applies to itself."""
-    from provisioner import bundle as bundle_mod
+    from provisioner.render import bundle as bundle_mod
     from provisioner import profiles
 
     from provisioner.outputs import check_file, write_file

@@ -10,7 +10,7 @@ from provisioner.engine import network as net
 from provisioner.engine.runner import Become, EventHook, run_playbook
 from provisioner.judge import ddp as ddp_judge
 from provisioner.judge import network as net_judge
-from provisioner.judge.checks import failed, skipped
+from provisioner.verdicts.checks import failed, skipped
 from provisioner.reports.report import HostReport, Report
 
 

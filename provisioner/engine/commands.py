@@ -12,23 +12,23 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from provisioner import inventory as inventory_mod
+from provisioner.render import inventory as inventory_mod
 from provisioner import outputs
 from provisioner.errors import ProvisionError
 from provisioner.judge import kernels as kernels_mod
 from provisioner.judge import preflight as preflight_mod
 from provisioner import profiles
-from provisioner import role_specs
+from provisioner.render import role_specs
 from provisioner.judge import verify as verify_mod
-from provisioner.judge.checks import failed, passed
+from provisioner.verdicts.checks import failed, passed
 from provisioner.render import render, role_vars
 from provisioner.reports.report import HostReport, Report
 from provisioner.engine import drift, rolling
 from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
+from provisioner.engine.target import Target
 
 Command = Literal["preflight", "up", "check", "verify"]
 STEPS: dict[str, tuple[str, ...]] = {
@@ -45,20 +45,6 @@ DEEP_CHECK = ("deep-check",)
 # `up --full` and a rollout converge every host, so verifying before the converge would be
 # wasted: plain preflight first.
 UP_CONVERGING = ("preflight", "site", "verify")
-
-
-@dataclass(frozen=True)
-class Target:
-    loaded: profiles.Loaded
-    inventory: inventory_mod.Inventory
-
-    def digest_for(self, host: str | None) -> str:
-        """The digest `host` records when converged: the profile's, with its overrides."""
-        from provisioner.render import host_digest, host_overrides
-
-        if host is None or host not in self.inventory.hosts:
-            return self.loaded.digest
-        return host_digest(self.loaded, host_overrides(self.loaded, self.inventory, host))
 
 
 def prepare(profile_ref: str, inventory_path: Path) -> Target:

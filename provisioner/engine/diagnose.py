@@ -6,7 +6,7 @@ with its own time-out and output bound, plus a few small files; the whole is bou
 host (`max_host_bytes`). No profile or inventory string is part of a command. `--dry-run`
 prints exactly this list. Nothing that holds secrets is read: no environment, no
 configuration files other than apt's pin files, and what comes back is passed through
-`redact()` (provisioner/secrets.py's names) before it is written.
+`redact()` (provisioner/render/secrets.py's names) before it is written.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import outputs, profiles
-from provisioner.engine.commands import Target, new_run_dir
+from provisioner.engine.commands import new_run_dir
+from provisioner.engine.target import Target
 from provisioner.engine.runner import Become, EventHook, run_playbook
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.render import render
 
 # The units whose journal diagnose reads: the driver's, fabric manager's, DCGM's, the

@@ -4,13 +4,9 @@ Pure functions over the module's result; preflight and check both use them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from provisioner.judge import kernels
-from provisioner.judge.checks import failed
-
-if TYPE_CHECKING:
-    from provisioner.engine.commands import Target
+from provisioner.verdicts.checks import failed
+from provisioner.engine.target import Target
 
 
 def state_drift(state: dict) -> list[tuple[str, str]]:

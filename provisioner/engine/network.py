@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
-from provisioner.inventory import Inventory, line_where
-from provisioner.models import Profile
+from provisioner.render.inventory import Inventory, line_where
+from provisioner.profiles.models import Profile
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from provisioner.errors import ProvisionError
-from provisioner.judge.checks import failed, passed, skipped
+from provisioner.verdicts.checks import failed, passed, skipped
 
 HOOK_TIMEOUT = 600.0  # kubectl drain waits for pods to leave; Slurm's drain returns at once
 HOOK_KINDS = ("drain", "gate", "undrain")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from provisioner.errors import ProvisionError
 from provisioner.judge import verify
-from provisioner.judge.checks import Check, failed
-from provisioner.models import Profile
+from provisioner.verdicts.checks import Check, failed
+from provisioner.profiles.models import Profile
 from provisioner.parsers import dcgm, kernel_log, nccl_tests, nvidia_smi
 
 FORMS = ("nvidia-smi xml", "nvidia-smi csv", "nvidia-smi processes csv", "nvidia-smi table", "nvidia-smi -q",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.judge.checks import Check, failed, passed
+from provisioner.verdicts.checks import Check, failed, passed
 
 
 def _why(ddp: dict[str, Any]) -> str:

@@ -8,44 +8,13 @@ and the profile. The readers are in parsers/ (ibstat, dmon, kernel_log, nvidia_s
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from provisioner.judge import verify
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.parsers import dmon as dmon_mod
 from provisioner.parsers import ibstat as ibstat_mod
 from provisioner.parsers import kernel_log, nvidia_smi
-
-SEVERITIES = ("fault", "warning", "info")
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # fault (act on it), warning (may explain trouble), info
-    title: str
-    evidence: tuple[str, ...]
-    fix: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(asdict(self), evidence=list(self.evidence))
-
-
-@dataclass
-class HostDiagnosis:
-    name: str
-    status: str  # ok, failed, unreachable
-    findings: list[Finding] = field(default_factory=list)
-    not_collected: list[str] = field(default_factory=list)  # "what: why"
-    failures: list[str] = field(default_factory=list)
-
-    @property
-    def faults(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "fault"]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "findings": [f.as_dict() for f in self.findings],
-                "not_collected": self.not_collected, "failures": self.failures}
+from provisioner.verdicts.diagnosis import SEVERITIES, Finding, HostDiagnosis
 
 
 def _out(collected: dict, name: str) -> dict:

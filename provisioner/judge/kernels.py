@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.judge.checks import Check, failed, passed, skipped
-from provisioner.models import Profile
+from provisioner.verdicts.checks import Check, failed, passed, skipped
+from provisioner.profiles.models import Profile
 
 NAME = "dkms builds"
 

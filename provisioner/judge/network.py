@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.judge.checks import Check, failed, passed, skipped
-from provisioner.models import Profile
+from provisioner.verdicts.checks import Check, failed, passed, skipped
+from provisioner.profiles.models import Profile
 from provisioner.parsers import ibstat as ibstat_mod
 from provisioner.parsers import iperf3 as iperf3_mod
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.judge.checks import Check, at_least, failed, passed, skipped
-from provisioner.models import Profile
+from provisioner.verdicts.checks import Check, at_least, failed, passed, skipped
+from provisioner.profiles.models import Profile
 
 # Installed memory reads a little low (the kernel reserves some): 1 TiB shows ~1007 GiB.
 MEMORY_SLACK = 0.95

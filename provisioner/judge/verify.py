@@ -15,15 +15,15 @@ import json
 import re
 from typing import Any
 
-from provisioner import compat, skus
+from provisioner.profiles import compat, skus
 from provisioner.parsers import kernel_log
 from provisioner.parsers import nccl_tests
 from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
 from provisioner.parsers import ibstat as ibstat_mod
 from provisioner.judge import network
-from provisioner.judge.checks import Check, failed, passed, skipped
-from provisioner.models import Profile
+from provisioner.verdicts.checks import Check, failed, passed, skipped
+from provisioner.profiles.models import Profile
 
 
 

@@ -48,8 +48,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner import catalogue as catalogue_mod
-from provisioner.catalogue import Catalogue, PackageVersion, compare_versions
+from provisioner.profiles import catalogue as catalogue_mod
+from provisioner.profiles.catalogue import Catalogue, PackageVersion, compare_versions
 from provisioner.errors import ProvisionError
 from provisioner.lab import podman
 

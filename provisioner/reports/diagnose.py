@@ -15,8 +15,9 @@ import tarfile
 import time
 from pathlib import Path
 
-from provisioner import outputs, secrets
-from provisioner.judge.diagnose import HostDiagnosis
+from provisioner import outputs
+from provisioner.render import secrets
+from provisioner.verdicts.diagnosis import HostDiagnosis
 
 _ASSIGNMENT = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)")
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S)
@@ -27,7 +28,7 @@ NOT_SECRET_HERE = frozenset({"pin", "pin-priority"})
 
 def redact(text: str) -> str:
     """`text` with private keys and the values of secret-named assignments (token=..., password: ...,
-    the names provisioner/secrets.py calls secrets) replaced."""
+    the names provisioner/render/secrets.py calls secrets) replaced."""
     text = _PEM.sub(REDACTED, text)
 
     def value(match: re.Match) -> str:

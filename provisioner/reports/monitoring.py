@@ -38,7 +38,7 @@ import yaml
 
 from provisioner import outputs, paths
 from provisioner.errors import ProvisionError
-from provisioner.inventory import Inventory
+from provisioner.render.inventory import Inventory
 from provisioner.profiles import Loaded
 
 DASHBOARD = paths.DATA_DIR / "grafana-dcgm.json"

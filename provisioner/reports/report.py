@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ProvisionError
-from provisioner.judge.checks import Check
+from provisioner.verdicts.checks import Check
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED_CHECKS = 0, 1, 2
 HOST_STATUSES = ("ok", "changed", "drift", "not-verified", "failed", "unreachable")

@@ -19,7 +19,8 @@ import subprocess
 import pytest
 import yaml
 
-from provisioner import bundle, profiles
+from provisioner.render import bundle
+from provisioner import profiles
 
 from . import labtools
 from .labtools import DRIVER_ONLY, podman

@@ -43,7 +43,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import packages, profiles
+from provisioner.profiles import packages
+from provisioner import profiles
 from provisioner.engine import commands
 
 from . import labtools

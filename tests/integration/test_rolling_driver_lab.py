@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import packages, profiles
+from provisioner.profiles import packages
+from provisioner import profiles
 
 from . import labtools
 from .labtools import podman

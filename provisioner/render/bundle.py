@@ -35,7 +35,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from provisioner import __version__, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.profiles import Loaded
-from provisioner.ansible_data import dump_unsafe
+from provisioner.render.ansible_data import dump_unsafe
 from provisioner.outputs import check_file, write_file
 from provisioner.render import role_vars
 
@@ -89,7 +89,7 @@ def check_source(url_or_path: str) -> str:
     """Where a node fetches the bundle (--cloud-init-url): an http(s) or file:// URL, or
     an absolute path on the node; one line, no spaces. It goes into a shell script and a
     cloud-config, where a newline could add a `bootcmd:` that runs before the sha256 check."""
-    from provisioner.field_types import repo_url, url_or_path as _url_or_path
+    from provisioner.profiles.field_types import repo_url, url_or_path as _url_or_path
 
     try:
         if url_or_path.startswith("file://"):
@@ -135,7 +135,7 @@ def members(loaded: Loaded) -> dict[str, bytes | Path]:
                                install_dir=INSTALL_DIR).encode(),
         "BUNDLE.json": (json.dumps(manifest, indent=2) + "\n").encode(),
         "apply.sh": _template("apply.sh.j2", install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
-        # !unsafe: the profile is data, never template source (see provisioner/ansible_data.py)
+        # !unsafe: the profile is data, never template source (see provisioner/render/ansible_data.py)
         # The bundle always installs provision-state.timer: a node that converges itself
         # reports its own drift to Prometheus, with no controller to run `provision check`.
         "inventory/group_vars/all/provisioner.yml": (

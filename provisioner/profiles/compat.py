@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 from provisioner.yamlfile import load_data
 
 from provisioner import paths
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 
 DATA = paths.DATA_DIR / "compat.yml"
 # Written by scripts/update_compat_tables.py from NVIDIA's releases.json and PyTorch's

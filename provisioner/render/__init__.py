@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
-from provisioner import compat, outputs, packages, paths, profiles, skus
-from provisioner.ansible_data import dump_unsafe
-from provisioner.inventory import Inventory, to_yaml_inventory
-from provisioner.models import Profile
+from provisioner.profiles import compat, packages, skus
+from provisioner import outputs, paths, profiles
+from provisioner.render.ansible_data import dump_unsafe
+from provisioner.render.inventory import Inventory, to_yaml_inventory
+from provisioner.profiles.models import Profile
 from provisioner.profiles import Loaded
 
 HEADER = "# Rendered by `provision render` from profile {name} (sha256 {digest}).\n# Do not edit: re-render instead.\n"
@@ -113,7 +114,7 @@ def _infiniband(p: Profile) -> dict[str, Any]:
 
 def role_vars(loaded: Loaded) -> dict[str, Any]:
     """The profile as role variables. NVIDIA's package names and exact versions are
-    resolved here, in the repository flavour's catalogue (provisioner/packages.py): a
+    resolved here, in the repository flavour's catalogue (provisioner/profiles/packages.py): a
     profile asking for what the flavour does not carry stops before any host is touched."""
     p = loaded.profile
     pins = packages.plan(p)
@@ -263,7 +264,7 @@ def _dump(data: Any) -> str:
 
 def group_vars_text(loaded: Loaded) -> str:
     """group_vars/all/provisioner.yml: the profile as role variables, every string !unsafe
-    (data, never template source: see provisioner/ansible_data.py)."""
+    (data, never template source: see provisioner/render/ansible_data.py)."""
     header = HEADER.format(name=loaded.profile.name, digest=loaded.digest)
     return header + dump_unsafe(role_vars(loaded))
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from provisioner.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
+from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
                                      PipRequirement, RepoUrl, SingleLine, UrlOrPath, WebUrl)
 
 DRIVER_VERSION = r"^\d{3}\.\d{2,3}(\.\d{2,3})?$"

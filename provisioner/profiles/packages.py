@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from provisioner import catalogue, compat
-from provisioner.catalogue import Catalogue
+from provisioner.profiles import catalogue, compat
+from provisioner.profiles.catalogue import Catalogue
 from provisioner.errors import ProvisionError
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 
 # The CUDA repository folder NVIDIA publishes for each OS a profile can name.
 OS_FLAVOUR = {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404", "debian-12": "debian12"}

@@ -9,7 +9,7 @@ from functools import cache
 from provisioner.yamlfile import load_data
 
 from provisioner import paths
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 
 # nvidia-smi reports less than the nominal size: H100 80GB shows 81559 MiB (79.6 GiB), and
 # an L40S 48GB with ECC on shows 46068 MiB (45.0 GiB): ECC on GDDR takes ~6% (real captures).

@@ -11,22 +11,12 @@ we support, names follow the grammar of what they name, paths are absolute and n
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
-from provisioner.safe_paths import PATH_CHARS, host_dir_problem
-
-
-def control_character(value: str) -> str | None:
-    """The first control or line-breaking character in `value`, described; None if none."""
-    for index, char in enumerate(value):
-        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
-            name = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab"}.get(char, f"U+{ord(char):04X}")
-            return f"{name} at character {index + 1}"
-    return None
+from provisioner.safe_paths import PATH_CHARS, control_character, host_dir_problem
 
 
 def single_line(value: str) -> str:

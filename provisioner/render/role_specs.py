@@ -19,8 +19,8 @@ from provisioner.yamlfile import load_data
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
-from provisioner.inventory import Inventory
-from provisioner.models import Profile
+from provisioner.render.inventory import Inventory
+from provisioner.profiles.models import Profile
 
 
 @functools.cache

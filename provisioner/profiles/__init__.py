@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
-from provisioner.models import Profile
+from provisioner.profiles.models import Profile
 from provisioner.yamlfile import line_of, read_yaml
 
 BUILTIN_DIR = paths.BUILTIN_PROFILES_DIR
@@ -121,7 +121,7 @@ def _describe(error: dict, files: tuple[Path, ...]) -> str:
 
 def load(ref: str) -> Loaded:
     """Load, compose and validate a profile; every failure is a ProvisionError."""
-    from provisioner import compat  # the matrix is data; loading it waits until needed
+    from provisioner.profiles import compat  # the matrix is data; loading it waits until needed
 
     path = find(ref)
     data, files = _raw_chain(path)
@@ -145,7 +145,7 @@ def load(ref: str) -> Loaded:
         )
     # Every NVIDIA package the run installs must resolve in the flavour's catalogue now,
     # before any host is touched (render uses the same plan).
-    from provisioner import packages
+    from provisioner.profiles import packages
     try:
         packages.plan(profile)
     except ProvisionError as exc:

@@ -1,0 +1,23 @@
+"""What a run acts on: the loaded profile and the inventory, validated together
+(commands.prepare makes one). Its own module so that commands.py and drift.py both import it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provisioner import profiles
+from provisioner.render import inventory as inventory_mod
+
+
+@dataclass(frozen=True)
+class Target:
+    loaded: profiles.Loaded
+    inventory: inventory_mod.Inventory
+
+    def digest_for(self, host: str | None) -> str:
+        """The digest `host` records when converged: the profile's, with its overrides."""
+        from provisioner.render import host_digest, host_overrides
+
+        if host is None or host not in self.inventory.hosts:
+            return self.loaded.digest
+        return host_digest(self.loaded, host_overrides(self.loaded, self.inventory, host))
