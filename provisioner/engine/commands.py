@@ -24,7 +24,7 @@ from provisioner import profiles
 from provisioner.render import role_specs
 from provisioner.judge import verify as verify_mod
 from provisioner.verdicts.checks import failed, passed
-from provisioner.render import render, role_vars
+from provisioner.render import render
 from provisioner.reports.report import HostReport, Report
 from provisioner.engine import drift, rolling
 from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
@@ -81,7 +81,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
     """Merge one playbook's results into the per-host report."""
     by_name = {h.name: h for h in report.hosts}
     profile = target.loaded.profile
-    variables = role_vars(target.loaded) if step == "check" else {}
+    variables = target.role_vars if step == "check" else {}
     for name, result in sorted(run.hosts.items()):
         host = by_name.get(name)
         if host is None:
@@ -237,7 +237,7 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
     run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
     inventory_dir = run_dir / "inventory"
     try:
-        render(loaded, target.inventory, inventory_dir, forks or 20)
+        render(loaded, target.inventory, inventory_dir, forks or 20, variables=target.role_vars)
         outputs.write_file(run_dir / "profile.yml", profiles.to_yaml(loaded.profile), mode=0o600)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # no empty run record for a run that never started

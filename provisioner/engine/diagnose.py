@@ -146,7 +146,7 @@ def collect(target: Target, *, runs_dir: Path, limit: str | None = None, forks: 
         run_dir = new_run_dir(runs_dir, "diagnose", target.loaded.profile.name)
         inventory_dir = run_dir / "inventory"
         try:
-            render(target.loaded, target.inventory, inventory_dir, forks or 20)
+            render(target.loaded, target.inventory, inventory_dir, forks or 20, variables=target.role_vars)
             outputs.write_file(run_dir / "profile.yml", profiles.to_yaml(target.loaded.profile), mode=0o600)
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -69,7 +69,7 @@ def previous_profile(target, runs_dir: Path, *, limit: str | None, forks: int | 
     from provisioner.render import render
 
     run_dir = new_run_dir(runs_dir, "rollback-read", target.loaded.profile.name)
-    render(target.loaded, target.inventory, run_dir / "inventory", forks or 20)
+    render(target.loaded, target.inventory, run_dir / "inventory", forks or 20, variables=target.role_vars)
     run = run_playbook("check", run_dir / "inventory", run_dir, limit=limit, forks=forks, hook=hook, become=become)
     unread = sorted(h for h, r in run.hosts.items() if r.status in ("unreachable", "failed"))
     if unread or not run.hosts:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from provisioner import profiles
 from provisioner.render import inventory as inventory_mod
@@ -13,6 +14,14 @@ from provisioner.render import inventory as inventory_mod
 class Target:
     loaded: profiles.Loaded
     inventory: inventory_mod.Inventory
+
+    @cached_property
+    def role_vars(self) -> dict:
+        """The profile as role variables (render.role_vars), made once per run: the rendered
+        group_vars and the check's reading of which components are off share them."""
+        from provisioner.render import role_vars
+
+        return role_vars(self.loaded)
 
     def digest_for(self, host: str | None) -> str:
         """The digest `host` records when converged: the profile's, with its overrides."""

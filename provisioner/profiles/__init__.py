@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,9 @@ class Loaded:
     profile: Profile
     files: tuple[Path, ...]  # the profile's own file first, then its ancestors
     warnings: tuple = ()     # compat.Problem with severity "warning" (end-of-life driver...): `--strict` refuses them
+    # component -> {package: exact version}: packages.plan, made once by load() (which refuses
+    # a profile whose packages do not resolve) and read by render.role_vars.
+    plan: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def digest(self) -> str:
@@ -147,10 +150,10 @@ def load(ref: str) -> Loaded:
     # before any host is touched (render uses the same plan).
     from provisioner.profiles import packages
     try:
-        packages.plan(profile)
+        plan = packages.plan(profile)
     except ProvisionError as exc:
         raise ProvisionError(f"{exc.message} ({files[0]})", where=exc.where, fix=exc.fix) from None
-    return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"))
+    return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), plan)
 
 
 def refuse_warnings(loaded: Loaded) -> None:

@@ -113,11 +113,11 @@ def _infiniband(p: Profile) -> dict[str, Any]:
 
 
 def role_vars(loaded: Loaded) -> dict[str, Any]:
-    """The profile as role variables. NVIDIA's package names and exact versions are
-    resolved here, in the repository flavour's catalogue (provisioner/profiles/packages.py): a
-    profile asking for what the flavour does not carry stops before any host is touched."""
+    """The profile as role variables. NVIDIA's package names and exact versions are the
+    plan profiles.load made in the repository flavour's catalogue (profiles/packages.py):
+    a profile asking for what the flavour does not carry stopped there, before any host."""
     p = loaded.profile
-    pins = packages.plan(p)
+    pins = loaded.plan
     from_repo = packages.uses_cuda_repo(p)
     m = p.mirrors
     env = p.python_env
@@ -262,14 +262,15 @@ def _dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
 
 
-def group_vars_text(loaded: Loaded) -> str:
+def group_vars_text(loaded: Loaded, variables: dict[str, Any] | None = None) -> str:
     """group_vars/all/provisioner.yml: the profile as role variables, every string !unsafe
     (data, never template source: see provisioner/render/ansible_data.py)."""
     header = HEADER.format(name=loaded.profile.name, digest=loaded.digest)
-    return header + dump_unsafe(role_vars(loaded))
+    return header + dump_unsafe(role_vars(loaded) if variables is None else variables)
 
 
-def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20, *, force: bool = False) -> list[Path]:
+def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20, *, force: bool = False,
+           variables: dict[str, Any] | None = None) -> list[Path]:
     """Write the inventory folder; returns the files written. Same input, same bytes.
 
     Only inventory files go in it: Ansible reads every other file in an inventory
@@ -278,7 +279,7 @@ def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20,
     header = HEADER.format(name=loaded.profile.name, digest=loaded.digest)
     names = {
         "hosts.yml": header + _dump(to_yaml_inventory(_with_host_digests(loaded, inventory))),
-        "group_vars/all/provisioner.yml": group_vars_text(loaded),
+        "group_vars/all/provisioner.yml": group_vars_text(loaded, variables),
     }
     out_dir = outputs.check_folder(out_dir, [*names, "ansible.cfg"], force=force)
     names["ansible.cfg"] = ansible_cfg(out_dir, forks)
