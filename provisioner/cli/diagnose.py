@@ -11,20 +11,17 @@ from typing import Annotated, Optional
 import typer
 
 from provisioner.cli.app import app, friendly, session
-from provisioner.cli.options import (DEFAULT_RUNS_DIR, AskBecomePass, BecomeMethod, BecomePasswordFile, Fleet, Force,
-                                     Forks, InventoryArg, Json, Limit, Profile, RunsDir)
+from provisioner.cli.options import FleetOptions, InventoryArg, Profile, fleet_options
 
 
 @app.command("diagnose")
 @friendly
-def diagnose(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-             as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, force: Force = False,
+@fleet_options(without=("batch", "max_fail", "junit", "verbose"))
+def diagnose(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
              output: Annotated[Optional[Path], typer.Option(
                  "--output", "-o", help="Write the tarball here (default: diagnose.tar.gz in the run folder).")] = None,
              dry_run: Annotated[bool, typer.Option(
-                 "--dry-run", help="List the commands diagnose runs on each host, and contact none.")] = False,
-             ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-             become_method: BecomeMethod = "sudo") -> None:
+                 "--dry-run", help="List the commands diagnose runs on each host, and contact none.")] = False) -> None:
     """Read-only: collect logs and tool output from the hosts, and say what is wrong and how to fix it.
 
     Per host: the NVIDIA units' journal, kernel messages with Xids, nvidia-smi -q and a short
@@ -41,15 +38,14 @@ def diagnose(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limi
         for line in engine.dry_run_lines(target.loaded.profile):
             s.say(line)
         raise typer.Exit(0)
-    fleet = Fleet.of(limit, forks, as_json, runs_dir, None, None, None, force, ask_become_pass=ask_become_pass,
-                     become_password_file=become_password_file, become_method=become_method)
-    result = engine.diagnose(target, runs_dir=fleet.runs_dir, output=output, force=force, limit=fleet.limit,
-                             forks=fleet.forks, become=fleet.become.prompted())
-    if as_json:
+    validated = fleet.fleet()
+    result = engine.diagnose(target, runs_dir=validated.runs_dir, output=output, force=validated.force,
+                             limit=validated.limit, forks=validated.forks, become=validated.become.prompted())
+    if validated.as_json:
         sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
     else:
         s.out.print(result.summary, highlight=False, markup=False, soft_wrap=True)
         for error in result.collection.errors:
             s.warn(error)
-    s.say(f"tarball: {result.tarball}", to_err=as_json)
+    s.say(f"tarball: {result.tarball}", to_err=validated.as_json)
     raise typer.Exit(result.exit_code)

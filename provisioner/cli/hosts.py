@@ -16,9 +16,7 @@ import typer
 from provisioner.cli.app import Session, app, friendly, session
 from provisioner.engine.rolling import HOOK_TIMEOUT
 from provisioner.errors import ProvisionError
-from provisioner.cli.options import (DEFAULT_RUNS_DIR, AskBecomePass, Batch, BecomeMethod, BecomePasswordFile, Fleet,
-                                     Force, Forks, InventoryArg, Json, Junit, Limit, MaxFail, Output, Profile, RunsDir,
-                                     Verbose)
+from provisioner.cli.options import Fleet, FleetOptions, Force, InventoryArg, Output, Profile, fleet_options
 
 
 def _warn_dropped(s: Session, target, *, strict: bool = False) -> None:
@@ -112,17 +110,12 @@ def show(s: Session, report, as_json: bool, junit: Path | None, html: Path | Non
 
 
 def _read_only_command(command: str, doc: str) -> None:
-    """preflight and verify: the same options, only the playbook differs."""
+    """preflight: the fleet options only, and its playbook."""
 
     @friendly
-    def handler(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None,
-                forks: Forks = None, as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None,
-                max_fail: MaxFail = None, junit: Junit = None, force: Force = False,
-                ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-                become_method: BecomeMethod = "sudo", verbose: Verbose = False) -> None:
-        talk_to_hosts(session(ctx), command, profile, inventory, Fleet.of(
-            limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
-            become_password_file=become_password_file, become_method=become_method, verbose=verbose))
+    @fleet_options()
+    def handler(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions) -> None:
+        talk_to_hosts(session(ctx), command, profile, inventory, fleet.fleet())
 
     handler.__doc__ = doc
     app.command(command)(handler)
@@ -133,34 +126,25 @@ _read_only_command("preflight", "Read-only: check the hosts' hardware and OS aga
 
 @app.command("verify")
 @friendly
-def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-           as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
-           junit: Junit = None, force: Force = False,
+@fleet_options()
+def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
            network: Annotated[bool, typer.Option("--network", help="Also measure the network between host pairs "
                                                                    "with iperf3 (a ring), and InfiniBand ports, "
                                                                    "against the profile's network section.")] = False,
            ddp: Annotated[bool, typer.Option("--ddp", help="Also run a small DDP job with torchrun across the hosts "
-                                                           "(NCCL with GPUs, gloo without).")] = False,
-           ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-           become_method: BecomeMethod = "sudo", verbose: Verbose = False) -> None:
+                                                           "(NCCL with GPUs, gloo without).")] = False) -> None:
     """Verify the hosts against the profile (nvidia-smi and friends); changes nothing.
 
     --network: iperf3 between host pairs; --ddp: a DDP job across the hosts."""
-    talk_to_hosts(session(ctx), "verify", profile, inventory, Fleet.of(
-        limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
-        become_password_file=become_password_file, become_method=become_method, verbose=verbose),
-        network=network, ddp=ddp)
+    talk_to_hosts(session(ctx), "verify", profile, inventory, fleet.fleet(), network=network, ddp=ddp)
 
 
 @app.command("up")
 @friendly
-def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-       as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
-       junit: Junit = None, force: Force = False,
+@fleet_options()
+def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
        full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
                                                          "as its last converge with this profile left it.")] = False,
-       ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-       become_method: BecomeMethod = "sudo", verbose: Verbose = False,
        strict: Annotated[bool, typer.Option("--strict", help="Refuse a profile with warnings (an end-of-life "
                                                              "driver branch) before touching any host.")] = False,
        drain: Annotated[Optional[str], typer.Option("--drain", help="Rolling change: run CMD on this machine for each "
@@ -191,68 +175,36 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Lim
     --rollback: back to the profile each host ran before its last change."""
     from provisioner.engine import rolling
 
-    record = rolling.resume_state(resume) if resume is not None else {}
-    if record and limit:
-        raise ProvisionError("--resume and --limit both choose the hosts", where="--resume",
-                             fix="use --resume RUN_DIR, or the --limit it printed")
-    kept = record.get("hooks", {})
-    hooks = rolling.Hooks(rolling.parse_hook(drain, "--drain") or kept.get("drain"),
-                          rolling.parse_hook(undrain, "--undrain") or kept.get("undrain"),
-                          rolling.parse_hook(gate, "--gate") or kept.get("gate"),
-                          hook_timeout if hook_timeout != HOOK_TIMEOUT else record.get("hook_timeout", HOOK_TIMEOUT))
-    batch = batch or record.get("batch")
-    if max_fail is None and record.get("max_fail") is not None:
-        max_fail = str(record["max_fail"])
-    fleet = Fleet.of(record.get("limit", limit), forks, as_json, runs_dir, batch, max_fail, junit, force,
-                     ask_become_pass=ask_become_pass, become_password_file=become_password_file,
-                     become_method=become_method, verbose=verbose)
-    if hooks and not fleet.batch:
-        raise ProvisionError("--drain, --undrain and --gate roll the fleet batch by batch: --batch is missing",
-                             where="--batch", fix="add --batch 1 (one host at a time) or --batch 10%")
-
+    request = rolling.up_request(limit=fleet.limit, batch=fleet.batch, max_fail=fleet.max_fail, drain=drain,
+                                 undrain=undrain, gate=gate, hook_timeout=hook_timeout, resume=resume,
+                                 rollback=rollback)
+    validated = fleet.fleet(limit=request.limit, batch=request.batch, max_fail=request.max_fail)
     if rollback:
-        if resume is not None:
-            raise ProvisionError("--rollback and --resume both choose the profile", where="--rollback",
-                                 fix="resume a stopped rollback with the --resume it printed, without --rollback")
         from dataclasses import replace
 
         from provisioner.engine import commands
         from provisioner.engine.rollback import previous_profile
 
-        fleet = replace(fleet, become=fleet.become.prompted())  # asked once, for the read and the converge
-        s = session(ctx)
-        back = previous_profile(commands.prepare(profile, inventory), fleet.runs_dir, limit=fleet.limit,
-                                forks=fleet.forks, become=fleet.become)
-        s.say(f"rollback: {len(back.hosts)} host(s) back to profile {back.profile!r} (sha256 {back.sha256[:12]}), "
-              f"from their state records: {back.path}", to_err=as_json)
+        validated = replace(validated, become=validated.become.prompted())  # asked once, for the read and the converge
+        back = previous_profile(commands.prepare(profile, inventory), validated.runs_dir, limit=validated.limit,
+                                forks=validated.forks, become=validated.become)
+        session(ctx).say(f"rollback: {len(back.hosts)} host(s) back to profile {back.profile!r} (sha256 "
+                         f"{back.sha256[:12]}), from their state records: {back.path}", to_err=validated.as_json)
         profile = str(back.path)
-
-    def same_profile(target) -> None:
-        if record and record.get("profile_sha256") != target.loaded.digest:
-            raise ProvisionError("the profile changed since the stopped rollout", where=str(resume),
-                                 fix=f"to roll the hosts it left with this profile, pass --limit {record['limit']} "
-                                     "instead of --resume")
-
-    words = ["provision", "up", "--profile", profile, str(inventory), "--batch", fleet.batch or "1",
-             *(["--max-fail", f"{fleet.max_fail}"] if fleet.max_fail is not None else []), *hooks.cli_words()]
-    talk_to_hosts(session(ctx), "up", profile, inventory, fleet, check_target=same_profile, strict=strict, full=full,
-                  hooks=hooks or None, resume_command=shlex.join(words) if hooks else "")
+    talk_to_hosts(session(ctx), "up", profile, inventory, validated, check_target=request.check_same_profile,
+                  strict=strict, full=full, hooks=request.hooks or None,
+                  resume_command=request.resume_command(profile, inventory, validated.batch, validated.max_fail))
 
 
 @app.command("check")
 @friendly
-def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, limit: Limit = None, forks: Forks = None,
-          as_json: Json = False, runs_dir: RunsDir = DEFAULT_RUNS_DIR, batch: Batch = None, max_fail: MaxFail = None,
-          junit: Junit = None, force: Force = False,
+@fleet_options()
+def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
           deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
-                                                            "(slower; also sees what a changed profile would do).")] = False,
-          ask_become_pass: AskBecomePass = False, become_password_file: BecomePasswordFile = None,
-          become_method: BecomeMethod = "sudo", verbose: Verbose = False) -> None:
+                                                            "(slower; also sees what a changed profile would do).")] = False) -> None:
     """Drift: compare each host with the state recorded at its last converge; changes nothing.
 
     Names every managed package, hold, file and unit that moved since, and the profile's change.
 
     --deep runs the converge in check mode with diffs instead (slower)."""
-    talk_to_hosts(session(ctx), "check", profile, inventory, Fleet.of(
-        limit, forks, as_json, runs_dir, batch, max_fail, junit, force, ask_become_pass=ask_become_pass,
-        become_password_file=become_password_file, become_method=become_method, verbose=verbose), deep=deep)
+    talk_to_hosts(session(ctx), "check", profile, inventory, fleet.fleet(), deep=deep)

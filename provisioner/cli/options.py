@@ -7,10 +7,13 @@ validated, from the command to the engine instead of a list of positional parame
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -43,6 +46,70 @@ Force = Annotated[bool, typer.Option("--force", help="Replace output files provi
 DEFAULT_RUNS_DIR = Path("provision-runs")
 
 
+# The fleet options, declared once: name -> (Typer annotation, default). `fleet_options`
+# gives a command all of them (or all but some) and the command receives them as one
+# FleetOptions, validated into a Fleet by FleetOptions.fleet().
+FLEET_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "limit": (Limit, None), "forks": (Forks, None), "as_json": (Json, False), "runs_dir": (RunsDir, DEFAULT_RUNS_DIR),
+    "batch": (Batch, None), "max_fail": (MaxFail, None), "junit": (Junit, None), "force": (Force, False),
+    "ask_become_pass": (AskBecomePass, False), "become_password_file": (BecomePasswordFile, None),
+    "become_method": (BecomeMethod, "sudo"), "verbose": (Verbose, False),
+}
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """The fleet options as typed (strings and flags, not yet validated)."""
+
+    limit: str | None = None
+    forks: int | None = None
+    as_json: bool = False
+    runs_dir: Path = DEFAULT_RUNS_DIR
+    batch: str | None = None
+    max_fail: str | None = None
+    junit: Path | None = None
+    force: bool = False
+    ask_become_pass: bool = False
+    become_password_file: Path | None = None
+    become_method: str = "sudo"
+    verbose: bool = False
+
+    def fleet(self, **changes: Any) -> Fleet:
+        """Validated: refused here, before any host is touched (`changes`: values a stopped
+        rollout's record supplies, for instance)."""
+        o = replace(self, **changes)
+        if o.junit is not None:  # refused before any host is touched, not after the run
+            from provisioner.outputs import check_file
+
+            check_file(o.junit, force=o.force, what="--junit")
+        become = parse_become(o.ask_become_pass, o.become_password_file, o.become_method)
+        return Fleet(o.limit, o.forks, o.as_json, o.runs_dir, parse_batch(o.batch), parse_max_fail(o.max_fail), o.junit,
+                     o.force, become, o.verbose)
+
+
+def fleet_options(*, without: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Give a command the fleet options (but `without`): Typer sees each as a parameter of
+    the command, after its required arguments; the command gets them as `fleet: FleetOptions`."""
+    names = [n for n in FLEET_OPTIONS if n not in without]
+
+    def decorate(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "fleet"]
+        required = [p for p in own if p.default is inspect.Parameter.empty]
+        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=FLEET_OPTIONS[n][1],
+                                   annotation=FLEET_OPTIONS[n][0]) for n in names]
+        params = required + extra + [p for p in own if p not in required]
+
+        @functools.wraps(fn)
+        def command(*args, **kwargs):
+            return fn(*args, fleet=FleetOptions(**{n: kwargs.pop(n) for n in names}), **kwargs)
+
+        command.__signature__ = inspect.Signature(params)
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
+
+
 @dataclass(frozen=True)
 class Fleet:
     """The fleet options of one command, validated."""
@@ -57,18 +124,6 @@ class Fleet:
     force: bool = False
     become: Become = field(default_factory=Become)
     verbose: bool = False
-
-    @classmethod
-    def of(cls, limit: str | None, forks: int | None, as_json: bool, runs_dir: Path, batch: str | None,
-           max_fail: str | None, junit: Path | None, force: bool = False, *, ask_become_pass: bool = False,
-           become_password_file: Path | None = None, become_method: str = "sudo", verbose: bool = False) -> Fleet:
-        if junit is not None:  # refused before any host is touched, not after the run
-            from provisioner.outputs import check_file
-
-            check_file(junit, force=force, what="--junit")
-        become = parse_become(ask_become_pass, become_password_file, become_method)
-        return cls(limit, forks, as_json, runs_dir, parse_batch(batch), parse_max_fail(max_fail), junit, force,
-                   become, verbose)
 
 
 def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:

@@ -231,3 +231,57 @@ def resume_state(run_dir: Path) -> dict[str, Any]:
             "hook_timeout": float(rollout.get("hook_timeout") or HOOK_TIMEOUT),
             "profile_sha256": data.get("profile_sha256")}
 
+
+
+@dataclass(frozen=True)
+class UpRequest:
+    """What `provision up` asked for once a stopped rollout's record (--resume) filled in what
+    was not given again: the hosts, batch, max-fail and hooks, and the profile digest the
+    rollout ran with (the resumed run must have the same)."""
+
+    limit: str | None
+    batch: str | None
+    max_fail: str | None
+    hooks: Hooks
+    resumed_from: Path | None = None
+    resumed_sha256: str | None = None
+
+    def check_same_profile(self, target) -> None:
+        if self.resumed_from is not None and self.resumed_sha256 != target.loaded.digest:
+            raise ProvisionError("the profile changed since the stopped rollout", where=str(self.resumed_from),
+                                 fix=f"to roll the hosts it left with this profile, pass --limit {self.limit} "
+                                     "instead of --resume")
+
+    def resume_command(self, profile: str, inventory: Path, batch: str | None, max_fail: int | None) -> str:
+        """The command that resumes this rollout if it stops (printed with its stop)."""
+        if not self.hooks:
+            return ""
+        return shlex.join(["provision", "up", "--profile", profile, str(inventory), "--batch", batch or "1",
+                           *(["--max-fail", f"{max_fail}"] if max_fail is not None else []), *self.hooks.cli_words()])
+
+
+def up_request(*, limit: str | None, batch: str | None, max_fail: str | None, drain: str | None,
+               undrain: str | None, gate: str | None, hook_timeout: float, resume: Path | None,
+               rollback: bool) -> UpRequest:
+    """The options of `up` checked against each other and completed from --resume's record;
+    refused with the fix before any host is touched."""
+    record = resume_state(resume) if resume is not None else {}
+    if record and limit:
+        raise ProvisionError("--resume and --limit both choose the hosts", where="--resume",
+                             fix="use --resume RUN_DIR, or the --limit it printed")
+    if rollback and resume is not None:
+        raise ProvisionError("--rollback and --resume both choose the profile", where="--rollback",
+                             fix="resume a stopped rollback with the --resume it printed, without --rollback")
+    kept = record.get("hooks", {})
+    hooks = Hooks(parse_hook(drain, "--drain") or kept.get("drain"),
+                  parse_hook(undrain, "--undrain") or kept.get("undrain"),
+                  parse_hook(gate, "--gate") or kept.get("gate"),
+                  hook_timeout if hook_timeout != HOOK_TIMEOUT else record.get("hook_timeout", HOOK_TIMEOUT))
+    batch = batch or record.get("batch")
+    if max_fail is None and record.get("max_fail") is not None:
+        max_fail = str(record["max_fail"])
+    if hooks and not batch:
+        raise ProvisionError("--drain, --undrain and --gate roll the fleet batch by batch: --batch is missing",
+                             where="--batch", fix="add --batch 1 (one host at a time) or --batch 10%")
+    return UpRequest(record.get("limit", limit), batch, max_fail, hooks, resume if record else None,
+                     record.get("profile_sha256"))
