@@ -11,7 +11,7 @@ import functools
 import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -46,14 +46,13 @@ Force = Annotated[bool, typer.Option("--force", help="Replace output files provi
 DEFAULT_RUNS_DIR = Path("provision-runs")
 
 
-# The fleet options, declared once: name -> (Typer annotation, default). `fleet_options`
-# gives a command all of them (or all but some) and the command receives them as one
-# FleetOptions, validated into a Fleet by FleetOptions.fleet().
-FLEET_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "limit": (Limit, None), "forks": (Forks, None), "as_json": (Json, False), "runs_dir": (RunsDir, DEFAULT_RUNS_DIR),
-    "batch": (Batch, None), "max_fail": (MaxFail, None), "junit": (Junit, None), "force": (Force, False),
-    "ask_become_pass": (AskBecomePass, False), "become_password_file": (BecomePasswordFile, None),
-    "become_method": (BecomeMethod, "sudo"), "verbose": (Verbose, False),
+# The fleet options, declared once: FleetOptions' fields (names and defaults) with the Typer
+# option each is typed as. `fleet_options` gives a command all of them (or all but some) and
+# the command receives them as one FleetOptions, validated into a Fleet by .fleet().
+FLEET_OPTIONS: dict[str, Any] = {
+    "limit": Limit, "forks": Forks, "as_json": Json, "runs_dir": RunsDir, "batch": Batch, "max_fail": MaxFail,
+    "junit": Junit, "force": Force, "ask_become_pass": AskBecomePass, "become_password_file": BecomePasswordFile,
+    "become_method": BecomeMethod, "verbose": Verbose,
 }
 
 
@@ -90,18 +89,18 @@ class FleetOptions:
 def fleet_options(*, without: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Give a command the fleet options (but `without`): Typer sees each as a parameter of
     the command, after its required arguments; the command gets them as `fleet: FleetOptions`."""
-    names = [n for n in FLEET_OPTIONS if n not in without]
+    defaults = {f.name: f.default for f in fields(FleetOptions) if f.name not in without}
 
     def decorate(fn: Callable) -> Callable:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "fleet"]
         required = [p for p in own if p.default is inspect.Parameter.empty]
-        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=FLEET_OPTIONS[n][1],
-                                   annotation=FLEET_OPTIONS[n][0]) for n in names]
+        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                   annotation=FLEET_OPTIONS[n]) for n, default in defaults.items()]
         params = required + extra + [p for p in own if p not in required]
 
         @functools.wraps(fn)
         def command(*args, **kwargs):
-            return fn(*args, fleet=FleetOptions(**{n: kwargs.pop(n) for n in names}), **kwargs)
+            return fn(*args, fleet=FleetOptions(**{n: kwargs.pop(n) for n in defaults}), **kwargs)
 
         command.__signature__ = inspect.Signature(params)
         command.__annotations__ = {p.name: p.annotation for p in params}

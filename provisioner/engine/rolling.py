@@ -232,7 +232,6 @@ def resume_state(run_dir: Path) -> dict[str, Any]:
             "profile_sha256": data.get("profile_sha256")}
 
 
-
 @dataclass(frozen=True)
 class UpRequest:
     """What `provision up` asked for once a stopped rollout's record (--resume) filled in what

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from provisioner import profiles
+from provisioner.render import host_digest, host_overrides, role_vars
 from provisioner.render import inventory as inventory_mod
 
 
@@ -19,14 +20,10 @@ class Target:
     def role_vars(self) -> dict:
         """The profile as role variables (render.role_vars), made once per run: the rendered
         group_vars and the check's reading of which components are off share them."""
-        from provisioner.render import role_vars
-
         return role_vars(self.loaded)
 
     def digest_for(self, host: str | None) -> str:
         """The digest `host` records when converged: the profile's, with its overrides."""
-        from provisioner.render import host_digest, host_overrides
-
         if host is None or host not in self.inventory.hosts:
             return self.loaded.digest
         return host_digest(self.loaded, host_overrides(self.loaded, self.inventory, host))

@@ -61,10 +61,10 @@ def deep_merge(parent: dict, child: dict) -> dict:
 class Loaded:
     profile: Profile
     files: tuple[Path, ...]  # the profile's own file first, then its ancestors
-    warnings: tuple = ()     # compat.Problem with severity "warning" (end-of-life driver...): `--strict` refuses them
     # component -> {package: exact version}: packages.plan, made once by load() (which refuses
     # a profile whose packages do not resolve) and read by render.role_vars.
-    plan: dict = field(default_factory=dict, compare=False, repr=False)
+    plan: dict = field(compare=False, repr=False)
+    warnings: tuple = ()     # compat.Problem with severity "warning" (end-of-life driver...): `--strict` refuses them
 
     @property
     def digest(self) -> str:
@@ -153,7 +153,7 @@ def load(ref: str) -> Loaded:
         plan = packages.plan(profile)
     except ProvisionError as exc:
         raise ProvisionError(f"{exc.message} ({files[0]})", where=exc.where, fix=exc.fix) from None
-    return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), plan)
+    return Loaded(profile, files, plan, tuple(p for p in found if p.severity == "warning"))
 
 
 def refuse_warnings(loaded: Loaded) -> None:
