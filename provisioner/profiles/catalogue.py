@@ -20,6 +20,8 @@ from functools import cmp_to_key
 from importlib import resources
 from pathlib import Path
 
+from debian.debian_support import version_compare
+from debian.deb822 import PkgRelation
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from provisioner.errors import ProvisionError
@@ -176,73 +178,25 @@ def load(flavour: str = "ubuntu2204", path: Path | None = None) -> Catalogue:
 # ----------------------------------------------------------------------------- Debian versions
 
 VERSION_RE = re.compile(r"^(?:\d+:)?[0-9][A-Za-z0-9.+~-]*$")
-_RELATION_RE = re.compile(r"^\s*([a-z0-9][a-z0-9+.-]+)(?::[a-z0-9-]+)?\s*(?:\(\s*(<<|<=|=|>=|>>)\s*([^)\s]+)\s*\))?\s*$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
 def parse_relation(relation: str) -> list[tuple[str, str | None, str | None]]:
-    """``'a (>= 1) | b'`` -> ``[('a', '>=', '1'), ('b', None, None)]``."""
+    """``'a (>= 1) | b'`` -> ``[('a', '>=', '1'), ('b', None, None)]`` (python-debian's parser)."""
+    alternatives = PkgRelation.parse_relations(relation)
+    # python-debian returns what it cannot parse raw, as a name with spaces in it.
+    if len(alternatives) != 1 or any(not _NAME_RE.match(a["name"]) for a in alternatives[0]):
+        raise ValueError(f"not one Debian relation: {relation!r}")
     out = []
-    for alt in relation.split("|"):
-        m = _RELATION_RE.match(alt)
-        if not m:
-            raise ValueError(f"not a Debian relation: {alt!r}")
-        out.append((m.group(1), m.group(2), m.group(3)))
+    for alt in alternatives[0]:
+        op, want = alt["version"] or (None, None)
+        out.append((alt["name"], op, want))
     return out
-
-
-def _order(c: str) -> int:
-    if c == "~":
-        return -1
-    if c.isdigit():
-        return 0
-    if c.isalpha():
-        return ord(c)
-    return ord(c) + 256
-
-
-def _compare_part(a: str, b: str) -> int:
-    """dpkg's verrevcmp: alternating non-digit and digit runs."""
-    i = j = 0
-    while i < len(a) or j < len(b):
-        first_diff = 0
-        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
-            ac = _order(a[i]) if i < len(a) and not a[i].isdigit() else 0
-            bc = _order(b[j]) if j < len(b) and not b[j].isdigit() else 0
-            if ac != bc:
-                return ac - bc
-            i += 1
-            j += 1
-        while i < len(a) and a[i] == "0":
-            i += 1
-        while j < len(b) and b[j] == "0":
-            j += 1
-        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
-            if not first_diff:
-                first_diff = ord(a[i]) - ord(b[j])
-            i += 1
-            j += 1
-        if i < len(a) and a[i].isdigit():
-            return 1
-        if j < len(b) and b[j].isdigit():
-            return -1
-        if first_diff:
-            return first_diff
-    return 0
-
-
-def _split(v: str) -> tuple[int, str, str]:
-    epoch, _, rest = v.rpartition(":") if ":" in v else ("0", "", v)
-    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
-    return int(epoch or 0), upstream, revision
 
 
 def compare_versions(a: str, b: str) -> int:
     """<0, 0 or >0 as dpkg --compare-versions orders `a` and `b`."""
-    ea, ua, ra = _split(a)
-    eb, ub, rb = _split(b)
-    if ea != eb:
-        return ea - eb
-    return _compare_part(ua, ub) or _compare_part(ra, rb)
+    return version_compare(a, b)
 
 
 def relation_holds(version: str, op: str, want: str) -> bool:
