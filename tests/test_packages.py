@@ -1,5 +1,7 @@
-"""What a profile installs from NVIDIA's CUDA repository, resolved in the package catalogue
-of its repository flavour before any host is touched (provisioner/profiles/packages.py)."""
+"""What a profile installs from NVIDIA's CUDA repository (provisioner/profiles/packages.py):
+names from the flavour's naming rules, versions from an index, resolved before any host is
+touched. Here the index is the committed snapshot (offline); tests/test_aptindex.py resolves
+against a live signed index."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from provisioner.profiles import catalogue, packages
 from provisioner import profiles
 from provisioner.errors import ProvisionError
-from provisioner.render import role_vars
+from provisioner.render import plan_for, role_vars
 
 
 def _profile(tmp_path: Path, text: str):
@@ -20,7 +22,7 @@ def _profile(tmp_path: Path, text: str):
 
 
 def test_h100_train_resolves_to_exact_repository_versions():
-    plan = packages.plan(profiles.load("h100-train").profile)
+    plan = packages.resolve(profiles.load("h100-train").profile, "snapshot").pins
     assert plan == {
         "driver": {"cuda-drivers-580": "580.95.05-1ubuntu1", "nvidia-driver-580": "580.95.05-1ubuntu1",
                    "nvidia-driver-pinning-580": "580-1ubuntu1"},
@@ -50,16 +52,21 @@ def test_tensorrt_renders_its_real_three_part_version():
     assert "datacenter-gpu-manager-4-cuda13" in v["dcgm_exporter_dcgm_pins"]
 
 
-def test_a_version_the_flavour_lacks_is_refused_naming_the_field_and_what_it_has(tmp_path):
+def test_a_version_the_index_lacks_is_refused_naming_the_field_the_index_and_what_it_has(tmp_path):
+    loaded = _profile(tmp_path, "driver:\n  version: 580.82.07\n")
+    # Loading (profiles validate) only advises: the live index decides at render time.
+    assert "580.82.07" in loaded.advisory and "advisory" in loaded.advisory
     with pytest.raises(ProvisionError) as err:
-        _profile(tmp_path, "driver:\n  version: 580.82.07\n")
+        plan_for(loaded)
     msg = str(err.value)
-    assert "driver.version" in msg and "580.82.07" in msg and "580.95.05-1ubuntu1" in msg and "p.yml" in msg
+    cat = catalogue.load("ubuntu2204")
+    assert "driver.version" in msg and "580.82.07" in msg and "p.yml" in msg and cat.origin in msg
+    assert "nearest it carries: " + ", ".join(cat.nearest("cuda-drivers-580", "580.82.07")) in msg
 
 
 def test_a_library_build_for_another_cuda_major_is_refused(tmp_path):
     with pytest.raises(ProvisionError) as err:
-        _profile(tmp_path, "nccl:\n  version: 2.25.1\n")       # the repository has only +cuda12.8; the toolkit is 12.2
+        plan_for(_profile(tmp_path, "nccl:\n  version: 2.25.1\n"))   # the snapshot has only +cuda12.8; the toolkit is 12.2
     assert "nccl.version" in str(err.value) and "no build for CUDA 12.2" in str(err.value)
 
 
@@ -69,7 +76,7 @@ def test_an_os_without_a_flavour_is_refused_and_the_flavour_can_be_chosen(tmp_pa
     assert "'debian12'" in str(err.value) and "mirrors.cuda_repo_flavour" in err.value.fix
     # A Debian host taking the ubuntu2204 flavour (the lab does, against the stand-in).
     loaded = _profile(tmp_path, "os: debian-12\nmirrors:\n  cuda_repo_flavour: ubuntu2204\n")
-    assert packages.plan(loaded.profile)["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu1"
+    assert plan_for(loaded).pins["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu1"
     assert role_vars(loaded)["cuda_repo_flavour"] == "ubuntu2204"
 
 
@@ -97,8 +104,10 @@ def test_a_naming_rule_may_only_name_known_numbers(tmp_path):
 
 @pytest.mark.parametrize("name", profiles.builtin_names())
 def test_every_builtin_resolves_inside_its_flavours_catalogue(name):
-    p = profiles.load(name).profile
-    plan = packages.plan(p)
+    loaded = profiles.load(name)
+    p = loaded.profile
+    assert loaded.advisory is None
+    plan = packages.resolve(p, "snapshot").pins
     if not packages.uses_cuda_repo(p):
         assert plan == {}
         return

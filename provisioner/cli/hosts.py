@@ -48,7 +48,9 @@ def render(
     s = session(ctx)
     target = commands.prepare(profile, inventory)
     _warn_dropped(s, target)
-    written = render_dir(target.loaded, target.inventory, output, forks, force=force)
+    written = render_dir(target.loaded, target.inventory, output, forks, force=force, variables=target.role_vars)
+    if target.plan.origin:
+        s.say(f"NVIDIA package versions from {target.plan.origin}")
     for path in written:
         s.say(str(path))
     cfg = shlex.quote(f"{written[0].parent}/ansible.cfg")

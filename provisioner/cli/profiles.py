@@ -51,7 +51,10 @@ def profiles_validate(ctx: typer.Context,
                       paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")],
                       strict: Annotated[bool, typer.Option("--strict", help="Refuse warnings too (an end-of-life "
                                                                           "driver branch): exit 1.")] = False) -> None:
-    """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid."""
+    """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid.
+
+    Offline: NVIDIA package versions are checked against the committed snapshot only, as a
+    note; render, preflight and up resolve them against the repository's live index."""
     from provisioner import profiles
 
     s, bad = session(ctx), 0
@@ -61,6 +64,8 @@ def profiles_validate(ctx: typer.Context,
             for warning in loaded.warnings:
                 s.err.print(f"[yellow]warn[/]  {escape(ref)}: {escape(warning.render())}", highlight=False,
                             soft_wrap=True)
+            if loaded.advisory:
+                s.err.print(f"[cyan]note[/]  {escape(ref)}: {escape(loaded.advisory)}", highlight=False, soft_wrap=True)
             if strict:
                 profiles.refuse_warnings(loaded)
             s.out.print(f"[green]ok[/]    {escape(ref)} ({loaded.profile.name})", highlight=False)

@@ -9,6 +9,7 @@ how far it got.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import shutil
@@ -206,6 +207,8 @@ def execute(
                              fix="add --batch 1 (one host at a time) or --batch 10%")
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
+    if command in ("check", "verify"):
+        target = dataclasses.replace(target, resolution="recorded")
     try:
         steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
         if command == "up" and (full or hooks):

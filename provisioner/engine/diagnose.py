@@ -11,6 +11,7 @@ configuration files other than apt's pin files, and what comes back is passed th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -196,6 +197,7 @@ def diagnose(target: Target, *, runs_dir: Path, output: Path | None = None, forc
 
     if output is not None:
         outputs.check_file(output, force=force, what="diagnose tarball")  # refused before any host is touched
+    target = dataclasses.replace(target, resolution="recorded")   # read-only: judged, not resolved anew
     collection = collect(target, runs_dir=runs_dir, limit=limit, forks=forks, become=become, hook=hook,
                          max_host_bytes=max_host_bytes)
     profile = target.loaded.profile

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +61,11 @@ def deep_merge(parent: dict, child: dict) -> dict:
 class Loaded:
     profile: Profile
     files: tuple[Path, ...]  # the profile's own file first, then its ancestors
-    # component -> {package: exact version}: packages.plan, made once by load() (which refuses
-    # a profile whose packages do not resolve) and read by render.role_vars.
-    plan: dict = field(compare=False, repr=False)
     warnings: tuple = ()     # compat.Problem with severity "warning" (end-of-life driver...): `--strict` refuses them
+    # What the offline snapshot says of the profile's NVIDIA package versions when it lacks
+    # one (packages.snapshot_advisory): said by `profiles validate`, never a refusal: the
+    # live index decides at render time (packages.resolve).
+    advisory: str | None = None
 
     @property
     def digest(self) -> str:
@@ -146,14 +147,14 @@ def load(ref: str) -> Loaded:
             + "\n  ".join(p.render() for p in problems),
             fix="apply the suggested fix, or see `provision profiles show` of a built-in that is known to work",
         )
-    # Every NVIDIA package the run installs must resolve in the flavour's catalogue now,
-    # before any host is touched (render uses the same plan).
+    # No package versions are resolved here: loading works offline for every command,
+    # `judge` and `report` included. render/up resolve them (packages.resolve).
     from provisioner.profiles import packages
     try:
-        plan = packages.plan(profile)
+        advisory = packages.snapshot_advisory(profile)
     except ProvisionError as exc:
         raise ProvisionError(f"{exc.message} ({files[0]})", where=exc.where, fix=exc.fix) from None
-    return Loaded(profile, files, plan, tuple(p for p in found if p.severity == "warning"))
+    return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), advisory)
 
 
 def refuse_warnings(loaded: Loaded) -> None:

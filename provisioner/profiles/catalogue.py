@@ -1,15 +1,18 @@
-"""The package catalogue of NVIDIA's CUDA apt repository, per repository flavour.
+"""NVIDIA's CUDA apt repository as the product knows it offline: a dated, cited snapshot
+per repository flavour, and the same shape filled from a live index.
 
-`provisioner/data/catalogue/<flavour>.yml` lists, for one flavour (``ubuntu2204``), the
-repository's Release fields, its signing key, and the packages gpu-provisioner's stacks
-install: name -> versions, each with its architecture, one level of Depends (Debian
-relation strings) and where it was seen (``source``) or why it is written so
-(``inferred``). The lab's stand-in repository (``provisioner.lab.cudarepo``) is built from
-it; tests check that it is closed (every Depends satisfiable inside it or by a listed
-distribution package).
+`provisioner/data/catalogue/<flavour>.yml` holds, for one flavour (``ubuntu2204``), the
+repository's Release fields and signing key, the `naming:` rules (which packages each
+component installs on which driver branch: design knowledge, not versions), and a
+snapshot of the package versions, each with the public listing it was seen in
+(``source``). The snapshot is advisory: `profiles validate` checks a profile against it
+offline and says so; `render`, `preflight`, `plan` and `up` take the versions from the
+repository's live signed index instead (`from_index`, profiles/aptindex.py), so the
+snapshot never decides what a host gets. The lab's stand-in repository has its own
+manifest (provisioner/lab/standin/), so tests can catch a snapshot that is wrong.
 
-Versions compare as dpkg compares them (`compare_versions`), so relations such as
-``nvidia-driver-580 (>= 580.65.06)`` are judged as apt would judge them.
+Versions compare as dpkg compares them (python-debian), so a prefix such as ``580.95.05``
+finds the revision the index carries.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import re
 from functools import cmp_to_key
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
-from debian.debian_support import version_compare
 from debian.deb822 import PkgRelation
+from debian.debian_support import version_compare
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from provisioner.errors import ProvisionError
@@ -81,8 +85,18 @@ NAME_FIELDS = ("branch", "cuda_major", "cuda_minor", "driver_cuda_major")
 _NAME_FIELD_RE = re.compile(r"\{([^}]*)\}")
 
 
+class Snapshot(_Strict):
+    """When and how the file's packages were taken: curated by hand from the cited public
+    listings, or read from a live index by `provision catalogue refresh`."""
+    date: str
+    method: Literal["curated", "refresh"]
+    packages_sha256: str | None = None
+    release_date: str | None = None
+
+
 class Catalogue(_Strict):
     flavour: str
+    snapshot: Snapshot | None = None
     path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
     url: str                 # the real repository, for reference
     release: Release
@@ -91,6 +105,9 @@ class Catalogue(_Strict):
     naming: dict[str, list[NamingRule]] = Field(default_factory=dict)
     packages: dict[str, list[PackageVersion]]
     sha256: str = ""
+    # What the packages were read from, for messages: "the snapshot of 2026-05-20" or
+    # "the index at <url> (Release Date: ...)". Set by load() and from_index().
+    origin: str = ""
 
     @model_validator(mode="after")
     def _naming_fields_known(self) -> Catalogue:
@@ -114,6 +131,13 @@ class Catalogue(_Strict):
     def versions(self, name: str) -> list[str]:
         """The versions of `name`, oldest first (dpkg order); [] if it is not listed."""
         return sorted((p.version for p in self.packages.get(name, [])), key=cmp_to_key(compare_versions))
+
+    def nearest(self, name: str, version: str, n: int = 3) -> list[str]:
+        """Up to `n` versions of `name` on each side of `version` in dpkg order: what a
+        refusal offers instead."""
+        versions = self.versions(name)
+        below = [v for v in versions if compare_versions(v.split(":", 1)[-1], version) < 0]
+        return below[-n:] + versions[len(below):len(below) + n]
 
     def entry(self, name: str, version: str) -> PackageVersion | None:
         return next((p for p in self.packages.get(name, []) if p.version == version), None)
@@ -172,7 +196,18 @@ def load(flavour: str = "ubuntu2204", path: Path | None = None) -> Catalogue:
         cat = Catalogue.model_validate(data)
     except Exception as exc:  # pydantic.ValidationError: name the file
         raise ProvisionError(f"invalid package catalogue: {exc}", where=str(path)) from None
-    return cat.model_copy(update={"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+    taken = f"the snapshot of {cat.snapshot.date}" if cat.snapshot else "the package catalogue"
+    return cat.model_copy(update={"sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                                  "origin": f"{taken} ({path.name}, offline)"})
+
+
+def from_index(cat: Catalogue, index) -> Catalogue:
+    """`cat`'s naming rules and key with the packages a live index (aptindex.Index) lists."""
+    where = f"the index at {index.url} (Release Date: {index.release_date or 'not given'})"
+    packages = {name: [PackageVersion(version=s["Version"], arch=s.get("Architecture", "all"), source=where)
+                       for s in stanzas if VERSION_RE.match(s["Version"])]
+                for name, stanzas in index.packages.items()}
+    return cat.model_copy(update={"packages": packages, "origin": where})
 
 
 # ----------------------------------------------------------------------------- Debian versions

@@ -1,20 +1,26 @@
 """What a profile installs from NVIDIA's CUDA repository: exact package names and versions,
-resolved in the package catalogue of its repository flavour before any host is touched.
+resolved before any host is touched.
 
 The roles never work out NVIDIA's package names or versions themselves: render gives each
-one `{package: exact version}` (its `*_pins` variable) from `plan()`. Names come from the
-flavour's `naming:` rules (branch-suffixed up to R580, branch-less with a pinning package
-from R590), versions from its `packages:`, so the Ubuntu archive's own build of the same
-upstream version (another Debian revision) is never what a pin names. A profile asking for
-something the flavour does not carry is refused here, naming the profile field and what
-the catalogue has.
+one `{package: exact version}` (its `*_pins` variable) from `resolve()`. Names come from
+the flavour's `naming:` rules (branch-suffixed up to R580, branch-less with a pinning
+package from R590); versions from the repository's live signed index (profiles/aptindex.py):
+the one the hosts will use (the profile's mirror, else NVIDIA's). So a pin names the Debian
+revision the repository really carries (580.95.05 -> 580.95.05-0ubuntu1), never a guess,
+and never the Ubuntu archive's own build of the same upstream version. A profile asking for
+a version the index lacks is refused here, naming the field, the index's URL and Release
+Date, and the nearest versions it carries. The committed snapshot (catalogue.py) only
+advises offline (`profiles validate`), or stands in where asked ($PROVISION_PACKAGE_INDEX).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass, field
+from typing import Literal
 
-from provisioner.profiles import catalogue, compat
+from provisioner.profiles import aptindex, catalogue, compat
 from provisioner.profiles.catalogue import Catalogue
 from provisioner.errors import ProvisionError
 from provisioner.profiles.models import Profile
@@ -64,7 +70,7 @@ class _Resolver:
     def names(self, component: str, field: str, **numbers: int) -> list[str]:
         names = self.cat.names(component, self.p.driver.branch, **{**self.numbers, **numbers})
         if not names:
-            raise self._refuse(field, f"the {self.cat.flavour} catalogue names no {component} packages "
+            raise self._refuse(field, f"the {self.cat.flavour} naming rules name no {component} packages "
                                       f"for driver branch {self.p.driver.branch}", "pick a driver branch it has")
         return names
 
@@ -76,8 +82,9 @@ class _Resolver:
         found = self.cat.resolve(name, version)
         if found:
             return found
-        raise self._refuse(field, f"{name} {version} is not in NVIDIA's {self.cat.flavour} repository "
-                                  f"(catalogue has: {', '.join(self.cat.versions(name)) or 'no version of it'})",
+        near = self.cat.nearest(name, version)
+        raise self._refuse(field, f"{name} {version} is not in {self.cat.origin} "
+                                  f"(nearest it carries: {', '.join(near) or 'no version of it'})",
                            "pick a version it carries")
 
     def for_cuda(self, name: str, version: str, field: str, toolkit: str) -> str:
@@ -95,15 +102,15 @@ class _Resolver:
         if fits:
             return fits[-1]                # versions() lists oldest first
         have = [v for v in self.cat.versions(name) if v.startswith(version + "-")]
-        raise self._refuse(field, f"{name} {version} has no build for CUDA {toolkit} in NVIDIA's {self.cat.flavour} "
-                                  f"repository (catalogue has: {', '.join(have or self.cat.versions(name)) or 'none'})",
+        raise self._refuse(field, f"{name} {version} has no build for CUDA {toolkit} in {self.cat.origin} "
+                                  f"(it carries: {', '.join(have or self.cat.nearest(name, version)) or 'none'})",
                            "pick a version built for this CUDA major, or change cuda.default")
 
     def _refuse(self, field: str, what: str, fix: str) -> ProvisionError:
         return ProvisionError(f"profile {self.p.name}: {field}: {what}", where=field, fix=fix)
 
 
-def plan(p: Profile) -> dict[str, Pins]:
+def plan(p: Profile, cat: Catalogue) -> dict[str, Pins]:
     """component -> {package: exact version} for what comes from NVIDIA's repository.
 
     Components: driver (with its pinning package from R580 on), fabric_manager (with nscq:
@@ -111,7 +118,7 @@ def plan(p: Profile) -> dict[str, Pins]:
     dcgm_exporter (the packaged one, unless the profile gives a binary)."""
     if not uses_cuda_repo(p):
         return {}
-    r = _Resolver(p, load_catalogue(p))
+    r = _Resolver(p, cat)
     out: dict[str, Pins] = {}
     repo_libs = p.cuda.source == "cuda_repo"
     if p.driver.source == "cuda_repo":
@@ -156,3 +163,60 @@ def plan(p: Profile) -> dict[str, Pins]:
             out["dcgm_exporter"] = {n: r.exact(n, ex.version or _strip_epoch(r.cat.versions(n)[-1]),
                                                "dcgm.exporter.version") for n in names}
     return out
+
+
+# ----------------------------------------------------------------------------- resolving
+
+# "snapshot": take versions from the committed snapshot instead of the live index, offline
+# (a controller with no route to the repository, the unit tests); every plan says so.
+INDEX_ENV = "PROVISION_PACKAGE_INDEX"
+Mode = Literal["live", "recorded", "snapshot"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run installs from NVIDIA's repository, and which index said it exists."""
+    pins: dict[str, Pins] = field(default_factory=dict)
+    origin: str = ""                              # Catalogue.origin of the versions
+    index: dict[str, str] | None = None           # aptindex.Index.provenance, from a live index
+
+    def get(self, component: str, default: Pins | None = None) -> Pins:
+        return self.pins.get(component, default if default is not None else {})
+
+
+def repository(p: Profile, cat: Catalogue) -> aptindex.Repository:
+    """The repository the hosts will use: the profile's mirror, else NVIDIA's, and its key."""
+    m = p.mirrors
+    url = f"{str(m.cuda_repo_url).rstrip('/')}/{cat.path}/" if m.cuda_repo_url else cat.url
+    return aptindex.Repository(url=url, key_url=str(m.cuda_repo_key_url or f"{url}{cat.key.file}"),
+                               fingerprint=m.cuda_repo_key_fingerprint or cat.key.fingerprint)
+
+
+def resolve(p: Profile, mode: Mode = "live") -> Plan:
+    """The plan from the repository's live signed index (`live`); from the index the last
+    live resolution read (`recorded`: check and verify, so the archive moving on is not
+    drift; live when there is none); or from the snapshot (`snapshot`, or $PROVISION_PACKAGE_INDEX).
+    Refuses what the index lacks, before any host is touched."""
+    if not uses_cuda_repo(p):
+        return Plan()
+    snap = load_catalogue(p)
+    if os.environ.get(INDEX_ENV, "") == "snapshot" or mode == "snapshot":
+        return Plan(plan(p, snap), snap.origin)
+    repo = repository(p, snap)
+    index = aptindex.cached(repo) if mode == "recorded" else None
+    index = index or aptindex.read(repo)
+    live = catalogue.from_index(snap, index)
+    return Plan(plan(p, live), live.origin, index.provenance)
+
+
+def snapshot_advisory(p: Profile) -> str | None:
+    """What the offline snapshot says of the profile's versions, when it lacks one: an
+    advisory (the live index decides), never a refusal."""
+    if not uses_cuda_repo(p):
+        return None
+    cat = load_catalogue(p)                 # a flavour with no snapshot at all is refused
+    try:
+        plan(p, cat)
+    except ProvisionError as exc:
+        return f"{exc.message} (advisory: render, preflight and up resolve against the repository's live index)"
+    return None

@@ -18,6 +18,7 @@ import yaml
 
 from provisioner.profiles import compat, packages, skus
 from provisioner import outputs, paths, profiles
+from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
 from provisioner.render.inventory import Inventory, to_yaml_inventory
 from provisioner.profiles.models import Profile
@@ -31,7 +32,7 @@ HEADER = "# Rendered by `provision render` from profile {name} (sha256 {digest})
 # unless the profile lists the variable in `inventory_overrides`.
 PROFILE_FIELD: dict[str, str] = {
     "provisioner_profile": "name", "provisioner_profile_sha256": "(the profile itself)", "provisioner_os": "os",
-    "provisioner_profile_yaml": "(the profile itself)",
+    "provisioner_profile_yaml": "(the profile itself)", "provisioner_package_index": "(the repository index the pins came from)",
     "provisioner_expects_gpu": "hardware.gpu.count", "provisioner_reboot_allowed": "reboot.allowed",
     "provisioner_reboot_timeout": "reboot.timeout_s", "common_extra_ca_certificates": "mirrors.ca_certificates",
     "common_apt_proxy": "mirrors.apt_proxy",
@@ -112,12 +113,21 @@ def _infiniband(p: Profile) -> dict[str, Any]:
             **({"network_gpudirect_min_kernel": direct.min_kernel} if direct.min_kernel else {})}
 
 
-def role_vars(loaded: Loaded) -> dict[str, Any]:
-    """The profile as role variables. NVIDIA's package names and exact versions are the
-    plan profiles.load made in the repository flavour's catalogue (profiles/packages.py):
-    a profile asking for what the flavour does not carry stopped there, before any host."""
+def plan_for(loaded: Loaded, mode: packages.Mode = "live") -> packages.Plan:
+    """NVIDIA's package names and exact versions for the profile (packages.resolve): a
+    version the repository's index lacks stops the run here, before any host."""
+    try:
+        return packages.resolve(loaded.profile, mode)
+    except ProvisionError as exc:
+        raise ProvisionError(f"{exc.message} ({loaded.files[0]})", where=exc.where, fix=exc.fix) from None
+
+
+def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, Any]:
+    """The profile as role variables, with `plan`'s exact package versions (resolved live
+    when not given)."""
     p = loaded.profile
-    pins = loaded.plan
+    plan = plan_for(loaded) if plan is None else plan
+    pins = plan.pins
     from_repo = packages.uses_cuda_repo(p)
     m = p.mirrors
     env = p.python_env
@@ -128,6 +138,8 @@ def role_vars(loaded: Loaded) -> dict[str, Any]:
         # The resolved profile, kept in the host's state record: what `up --rollback` returns to.
         "provisioner_profile_yaml": profiles.to_yaml(p),
         "provisioner_os": p.os,
+        # Which index the pins came from (URL, Release Date, Packages sha256): the state record keeps it.
+        "provisioner_package_index": plan.index or {},
         "provisioner_expects_gpu": p.expects_gpu,
         "provisioner_reboot_allowed": p.reboot.allowed,
         "provisioner_reboot_timeout": p.reboot.timeout_s,

@@ -60,6 +60,11 @@ options:
     type: list
     elements: str
     description: The packages C(snapshot) found before the roles ran (record).
+  package_index:
+    type: dict
+    description: >-
+      The repository index the pins came from (record): its C(url), C(release_date) and
+      C(packages_sha256). Kept only when the profile installs from NVIDIA's repository.
 """
 
 RETURN = r"""
@@ -149,6 +154,7 @@ def main() -> None:
             "managed_names": {"type": "list", "elements": "str", "default": []},
             "profile_yaml": {"type": "str", "default": ""},
             "installed_before": {"type": "list", "elements": "str"},
+            "package_index": {"type": "dict", "default": {}},
         },
         required_if=[("action", "record", ("profile", "profile_sha256"))],
         supports_check_mode=True,
@@ -180,7 +186,8 @@ def main() -> None:
         module.exit_json(changed=not (same_spec and same_profile))
     new = {"profile": p["profile"], "profile_sha256": p["profile_sha256"], "state": read_state(managed),
            "components": components, "ours": ours(old, managed, p["installed_before"]),
-           "profile_yaml": p["profile_yaml"], "previous": previous(old, p["profile_sha256"])}
+           "profile_yaml": p["profile_yaml"], "previous": previous(old, p["profile_sha256"]),
+           **({"package_index": p["package_index"]} if p["package_index"] else {})}
     if old is not None and not old.get("pending") and {k: old.get(k) for k in new} == new:
         module.exit_json(changed=False)
     _write(p["path"], new)
