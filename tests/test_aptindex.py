@@ -266,3 +266,27 @@ def test_check_and_verify_judge_against_the_index_last_read(repo, tmp_path):
     assert plan_for(loaded).pins["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu2"   # up resolves anew
     assert os.environ.get("PROVISION_PACKAGE_INDEX") is None
     assert packages.resolve(loaded.profile, "recorded").pins["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu2"
+
+
+def test_catalogue_refresh_writes_a_dated_snapshot_of_the_index(repo, tmp_path):
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+
+    out = tmp_path / "ubuntu2204.yml"
+    args = ["catalogue", "refresh", "--flavour", "ubuntu2204", "--mirror", repo.base, "--key-url", f"{repo.url}key.asc",
+            "--fingerprint", repo.fingerprint, "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"(Release Date: {DATE})" in result.output
+    snap = catalogue.load(path=out)
+    assert snap.snapshot.method == "refresh" and snap.snapshot.release_date == DATE
+    assert snap.snapshot.packages_sha256 == hashlib.sha256((repo.dir / "Packages.gz").read_bytes()).hexdigest()
+    assert {name: snap.versions(name) for name in LISTED} == LISTED       # every family the naming rules name
+    assert all(repo.url in v.source for vs in snap.packages.values() for v in vs)
+    assert snap.naming == catalogue.load("ubuntu2204").naming
+    # An index that does not verify writes nothing.
+    out.write_text("before\n")
+    wrong = CliRunner().invoke(app, [*args[:-4], "--fingerprint", "A" * 40, "-o", str(out)])
+    assert wrong.exit_code == 1 and "is not the one the profile pins" in wrong.output
+    assert out.read_text() == "before\n"

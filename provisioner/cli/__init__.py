@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from provisioner.cli import artifacts, diagnose, hosts, judge, lab, profiles  # noqa: F401  (each registers its commands)
+from provisioner.cli import artifacts, catalogue, diagnose, hosts, judge, lab, profiles  # noqa: F401  (each registers its commands)
 from provisioner.cli.app import app
 
 __all__ = ["app", "main"]

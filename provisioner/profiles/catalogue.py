@@ -237,3 +237,31 @@ def compare_versions(a: str, b: str) -> int:
 def relation_holds(version: str, op: str, want: str) -> bool:
     c = compare_versions(version, want)
     return {"<<": c < 0, "<=": c <= 0, "=": c == 0, ">=": c >= 0, ">>": c > 0}[op]
+
+
+# ----------------------------------------------------------------------------- refreshing
+
+def _family_patterns(cat: Catalogue) -> list[re.Pattern]:
+    """Every package name the naming rules can produce, as patterns ({branch} -> digits)."""
+    out = []
+    for rules in cat.naming.values():
+        for rule in rules:
+            for name in rule.names:
+                parts = _NAME_FIELD_RE.split(name)          # literal, field, literal, ...
+                out.append(re.compile("".join(re.escape(x) if i % 2 == 0 else "[0-9]+" for i, x in enumerate(parts)) + "$"))
+    return out
+
+
+def refresh(cat: Catalogue, index, today: str) -> dict:
+    """`cat` as a snapshot of `index` (aptindex.Index): the package families the naming
+    rules name, every version the index lists, each citing the index; everything else
+    (Release fields, key, naming rules) kept. What `provision catalogue refresh` writes."""
+    patterns = _family_patterns(cat)
+    cite = f"{index.url} Packages sha256 {index.packages_sha256} (Release Date: {index.release_date})"
+    packages = {name: [{"version": s["Version"], "arch": s.get("Architecture", "all"), "source": cite}
+                       for s in sorted(stanzas, key=lambda s: cmp_to_key(compare_versions)(s["Version"]))]
+                for name, stanzas in sorted(index.packages.items()) if any(p.match(name) for p in patterns)}
+    data = cat.model_dump(mode="json", by_alias=True, exclude={"sha256", "origin", "packages", "snapshot"},
+                          exclude_none=True)
+    return {"snapshot": {"date": today, "method": "refresh", "packages_sha256": index.packages_sha256,
+                         "release_date": index.release_date}, **data, "packages": packages}
