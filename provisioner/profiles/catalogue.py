@@ -204,7 +204,11 @@ def load(flavour: str = "ubuntu2204", path: Path | None = None) -> Catalogue:
 def from_index(cat: Catalogue, index) -> Catalogue:
     """`cat`'s naming rules and key with the packages a live index (aptindex.Index) lists."""
     where = f"the index at {index.url} (Release Date: {index.release_date or 'not given'})"
-    packages = {name: [PackageVersion(version=s["Version"], arch=s.get("Architecture", "all"), source=where)
+    def depends(s: dict[str, str]) -> list[str]:
+        return [r.strip() for field in ("Pre-Depends", "Depends") for r in s.get(field, "").split(",") if r.strip()]
+
+    packages = {name: [PackageVersion(version=s["Version"], arch=s.get("Architecture", "all"), source=where,
+                                      depends=depends(s))
                        for s in stanzas if VERSION_RE.match(s["Version"])]
                 for name, stanzas in index.packages.items()}
     return cat.model_copy(update={"packages": packages, "origin": where})

@@ -106,6 +106,28 @@ class _Resolver:
                                   f"(it carries: {', '.join(have or self.cat.nearest(name, version)) or 'none'})",
                            "pick a version built for this CUDA major, or change cuda.default")
 
+    def exact_closure(self, pins: Pins) -> Pins:
+        """The packages `pins` Depend on at one exact version (``libnvidia-compute-580 (=
+        580.95.05-0ubuntu1)``), and theirs, as the index lists them: what apt would install
+        with the driver, pinned and held with it so no sibling drifts on its own."""
+        out: Pins = {}
+        todo = list(pins.items())
+        while todo:
+            name, version = todo.pop()
+            entry = self.cat.entry(name, version)
+            for relation in entry.depends if entry else []:
+                try:
+                    alternatives = catalogue.parse_relation(relation)
+                except ValueError:
+                    continue
+                if len(alternatives) != 1:
+                    continue                      # a choice is apt's to make, not a pin
+                dep, op, want = alternatives[0]
+                if op == "=" and dep not in pins and dep not in out and self.cat.entry(dep, want):
+                    out[dep] = want
+                    todo.append((dep, want))
+        return out
+
     def _refuse(self, field: str, what: str, fix: str) -> ProvisionError:
         return ProvisionError(f"profile {self.p.name}: {field}: {what}", where=field, fix=fix)
 
@@ -124,6 +146,7 @@ def plan(p: Profile, cat: Catalogue) -> dict[str, Pins]:
     if p.driver.source == "cuda_repo":
         names = r.names(f"driver_{p.driver.kernel_modules}", "driver.version")
         pins = {n: r.exact(n, p.driver.version, "driver.version") for n in names}
+        pins.update(r.exact_closure(pins))
         for n in r.cat.names("driver_pinning", p.driver.branch, **r.numbers):
             # The pinning package is versioned by branch (580-1ubuntu1), or by driver version
             # for nvidia-driver-pinning-<x.y.z>: either way the catalogue's only build of it.
