@@ -389,6 +389,17 @@ def test_apt_accepts_it_and_sees_nvidias_versions(repo, man, tmp_path):
         for w in want:
             name, version = w.split("=", 1)
             assert f"Inst {name} ({version} " in sim.stdout, (w, sim.stdout)
+    # A release other than the newest: apt takes a Depends' Candidate (the newest sibling), so
+    # the exact-version siblings install only with the driver's packages pinned to the
+    # release, as the nvidia_driver role pins them (templates/preferences.j2: name globs at
+    # `Pin: version <the repository's revision>`).
+    older = release_of(man, "nvidia-driver-580", "580.95.05")
+    (etc / "preferences.d" / "nvidia-driver").write_text(
+        f"Package: nvidia-* libnvidia-* xserver-xorg-video-nvidia* cuda-drivers*\nPin: version {older}\nPin-Priority: 1001\n")
+    sim = subprocess.run(["apt-get", *opts, "-s", "install", "--no-install-recommends", f"cuda-drivers-580={older}",
+                          f"nvidia-driver-580={older}"], capture_output=True, text=True)
+    assert sim.returncode == 0, sim.stdout + sim.stderr
+    assert f"Inst libnvidia-compute-580 ({older} " in sim.stdout and f"Inst nvidia-dkms-580 ({older} " in sim.stdout, sim.stdout
     print(f"apt update + queries {time.monotonic() - t0:.1f}s\n{policy}")
     # A key that is not the repository's is refused.
     other = tmp_path / "other"

@@ -9,8 +9,10 @@ the repository as a deb822 .sources with ``Signed-By:`` that file, and runs apt 
 This proves apt's side of the cuda_repo path for real: the signature is checked against
 that key only, the repository reads as origin NVIDIA / label NVIDIA CUDA with every 580
 driver release of the manifest (the newest as apt's Candidate), the cuDNN, NCCL and other
-versions are NVIDIA's strings, and an exact-version install pulls its Depends from the
-stand-in and Debian's archive. Every expected version is read from the manifest. What it cannot prove: anything about
+versions are NVIDIA's strings, and an exact-version install of a release that is not the
+newest (the driver's packages pinned to it, as the nvidia_driver role pins them) pulls its
+Depends from the stand-in and Debian's archive. Every expected version is read from the
+manifest. What it cannot prove: anything about
 NVIDIA's binaries or a kernel module; the installed packages are empty stand-ins (only a
 few files, see cudarepo.PAYLOADS).
 """
@@ -87,6 +89,12 @@ apt-get update 2>&1""")
             listed = {tuple(p.strip() for p in line.split("|"))[:2] for line in madison.splitlines()}
             assert {("libcudnn8", v) for v in man.versions("libcudnn8")} <= listed, madison   # NVIDIA's strings
 
+            # 580.95.05 is not the newest release the stand-in serves, and apt takes a Depends'
+            # Candidate (the newest sibling): the driver's packages are pinned to the release
+            # first, as the nvidia_driver role pins them (templates/preferences.j2).
+            pin = _sh(name, "printf 'Package: nvidia-* libnvidia-* xserver-xorg-video-nvidia* cuda-drivers*\\n"
+                            f"Pin: version {utils}\\nPin-Priority: 1001\\n' > /etc/apt/preferences.d/nvidia-driver")
+            assert pin.returncode == 0, pin.stderr
             install = _sh(name, "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
                                 f"nvidia-fabricmanager={fm} nvidia-utils-580={utils} 2>&1")
             assert install.returncode == 0, install.stdout + install.stderr
