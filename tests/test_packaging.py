@@ -23,7 +23,8 @@ def test_wheel_ships_playbooks_roles_profiles_and_the_matrix(tmp_path: Path):
                    f"{c}/playbooks/check.yml", f"{c}/plugins/modules/provisioner_state.py",
                    f"{c}/plugins/modules/dpkg_lock.py", f"{c}/roles/common/tasks/main.yml", f"{c}/galaxy.yml",
                    f"{c}/meta/runtime.yml", "provisioner/templates/bundle/apply.sh.j2",
-                   "provisioner/profiles/h100-train.yml", "provisioner/data/compat.yml", "provisioner/cli/__init__.py"):
+                   "provisioner/profiles/h100-train.yml", "provisioner/data/compat.yml", "provisioner/cli/__init__.py",
+                   "provisioner/lab/standin/ubuntu2204.yml"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "provision = provisioner.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

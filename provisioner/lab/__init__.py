@@ -8,9 +8,10 @@ real host keys, so SSH checks them strictly.
 
 Modules: podman (calling podman, what it knows of the lab's containers), aptcache (the
 shared apt-cacher-ng), image (the test-host image, built with mmdebstrap), hosts (up,
-down, status), cudarepo (the stand-in for NVIDIA's CUDA apt repository: built from
-provisioner/data/catalogue/, signed with a throwaway key, served on the bridge's gateway;
-it exercises apt's side of the cuda_repo path, never NVIDIA's binaries). Development tooling: the CLI imports it only for `provision lab`.
+down, status), cudarepo (the stand-in for NVIDIA's CUDA apt repository: built from its
+own manifest, lab/standin/<flavour>.yml read by manifest, never from the product's
+catalogue, which it differs from on purpose; signed with a throwaway key, served on the
+bridge's gateway; it exercises apt's side of the cuda_repo path, never NVIDIA's binaries). Development tooling: the CLI imports it only for `provision lab`.
 """
 
 from provisioner.lab.hosts import DownResult, LabHost, LabResult, down, status, up

@@ -1,30 +1,45 @@
 """A stand-in for NVIDIA's CUDA apt repository, served on the lab network.
 
-Built from the package catalogue (``provisioner/data/catalogue/<flavour>.yml``): one
-``.deb`` per package version, with NVIDIA's package name, version, architecture,
-Depends/Conflicts, and a Description that says it is a gpu-provisioner test stand-in. The
-layout is NVIDIA's: a flat repository at ``<root>/ubuntu2204/x86_64/`` holding the .debs,
-``Packages``, ``Packages.gz``, ``Release`` (``Origin: NVIDIA``, ``Label: NVIDIA CUDA``,
-``Architecture: x86_64``, MD5Sum/SHA1/SHA256, no Suite or Components), ``InRelease`` and
-``Release.gpg``, and the signing key as ``<keyid>.pub`` (NVIDIA's is ``3bf863cc.pub``).
-It is signed with a throwaway GnuPG key made for the build (no passphrase, in a temporary
-GNUPGHOME that is deleted afterwards, so the private key is kept nowhere).
+Built from its own manifest (``provisioner/lab/standin/<flavour>.yml``, read by
+provisioner.lab.manifest), never from the product's package catalogue
+(``provisioner/data/catalogue/``): a stand-in built from the data it is meant to check
+would agree with that data's mistakes, and CI would stay green. The manifest differs from
+the catalogue on purpose (its header lists where and why: the 580.95.05 driver at its real
+revision -0ubuntu1 where the catalogue says -1ubuntu1, a newer R580 release and a CUDA
+toolkit the catalogue lacks, a version the catalogue has and the stand-in does not), so a
+lab run fails if the product takes a version from the catalogue where it should take it
+from the repository's index. Every version in the manifest names the public listing it
+mirrors; its Depends are subsets written for apt's logic.
+
+One ``.deb`` per manifest version, with NVIDIA's package name, version, architecture,
+Depends/Conflicts/Provides, and a Description that says it is a gpu-provisioner test
+stand-in. The layout is NVIDIA's: a flat repository at ``<root>/ubuntu2204/x86_64/``
+holding the .debs, ``Packages``, ``Packages.gz``, ``Release`` (``Origin: NVIDIA``,
+``Label: NVIDIA CUDA``, ``Architecture: x86_64``, MD5Sum/SHA1/SHA256, no Suite or
+Components), ``InRelease`` and ``Release.gpg``, and the signing key as ``<keyid>.pub``. It
+is signed with a throwaway GnuPG key made for the build (no passphrase, in a temporary
+GNUPGHOME that is deleted afterwards, so the private key is kept nowhere); NVIDIA's key
+(3bf863cc) is not imitated.
 
 What it proves: apt's side of the ``cuda_repo`` path, for real. A host trusts it only
 through a ``signed-by`` keyring (apt checks InRelease's signature); apt resolves NVIDIA's
 names and versions against it (exact pins by origin ``o=NVIDIA``/``l=NVIDIA CUDA``,
 holds, versioned Depends between the driver's packages, Conflicts between the open and
-proprietary kernel modules, unbounded ``>=`` meta-packages, two driver releases for a
-rolling upgrade), in the order and with the privilege the roles use.
+proprietary kernel modules, unbounded ``>=`` meta-packages, three driver releases for a
+rolling upgrade and a newest Candidate), in the order and with the privilege the roles
+use; and, because it is not the catalogue, that the product installs what the index
+carries rather than what its own data assumes.
 
-What it cannot prove: anything about NVIDIA's binaries. The packages are empty but for a
-few files a role needs to exist (``PAYLOADS``: the units the roles enable, and an
-``nvidia-smi`` that prints what the real one prints without a driver and exits 9). There
-is no kernel module, no DKMS build, no library, no GPU. Depends are the catalogue's
-subset, not NVIDIA's full lists.
+What it cannot prove: anything about NVIDIA's binaries, or that NVIDIA's repository is
+exactly this. The packages are empty but for a few files a role needs to exist
+(``PAYLOADS``: the units the roles enable, an ``nvidia-smi`` that prints what the real one
+prints without a driver and exits 9, nvcc's version line, the toolkits' ``cuda``
+alternative). There is no kernel module, no DKMS build, no library, no GPU. Depends are
+subsets, not NVIDIA's full lists; a version the public listings did not show is marked
+``unconfirmed`` in the manifest.
 
 The build is deterministic (sorted, fixed mtimes, ``SOURCE_DATE_EPOCH``; only the
-signatures differ between builds) and cached: a build whose inputs (catalogue file,
+signatures differ between builds) and cached: a build whose inputs (the manifest file,
 payloads, this format) hash to the recorded key returns at once.
 
 ``serve(root)`` runs ``python -m http.server`` bound to the podman bridge's gateway address
@@ -48,12 +63,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.profiles import catalogue as catalogue_mod
-from provisioner.profiles.catalogue import Catalogue, PackageVersion, compare_versions
 from provisioner.errors import ProvisionError
+from provisioner.lab import manifest as manifest_mod
 from provisioner.lab import podman
+from provisioner.lab.manifest import Manifest, StandInPackage
 
-FORMAT = 1                               # bump when the build's output changes
+FORMAT = 2                               # bump when the build's output changes
 EPOCH = 1754006400                       # 2025-08-01T00:00:00Z: every mtime, and the Release Date
 MAINTAINER = "gpu-provisioner lab <lab@gpu-provisioner.invalid>"
 DEFAULT_ROOT = Path(os.environ.get("PROVISIONER_LAB_CUDAREPO_DIR", "/var/cache/provisioner-lab/cudarepo"))
@@ -62,8 +77,22 @@ RUN_DIR = Path("/run/provisioner-lab")
 LOG_DIR = Path("/var/log/provisioner-lab")
 STAMP = ".stand-in-{flavour}.json"       # one per flavour: several can share a root
 
+def _postinst(release: str) -> str:
+    """The toolkit's postinst: /usr/local/cuda-<release> as the `cuda` alternative (priority 122 for 12.2)."""
+    return ("#!/bin/sh\nset -e\n# gpu-provisioner test stand-in: register the toolkit as NVIDIA's packages do.\n"
+            "if [ \"$1\" = configure ]; then\n"
+            f"  update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-{release} {release.replace('.', '')}\nfi\n")
+
+
+def _nvcc(years: str, *lines: str) -> str:
+    """An nvcc that prints `nvcc --version`'s text and compiles nothing."""
+    text = ["nvcc: NVIDIA (R) Cuda compiler driver", f"Copyright (c) {years} NVIDIA Corporation", *lines]
+    return ("#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's nvcc: it compiles nothing.\n"
+            + "".join(f"echo '{line}'\n" for line in text))
+
+
 # The few files a stand-in package carries, by path: (mode, content). Each is named by a
-# catalogue entry's stand_in_files; nothing else is shipped.
+# manifest entry's stand_in_files; nothing else is shipped.
 PAYLOADS: dict[str, tuple[int, str]] = {
     # What NVIDIA's nvidia-smi prints, and its exit code 9, when it cannot reach a driver
     # (shared/fixtures/nvidia-smi/errors/nvidia-smi__no-driver__*.txt).
@@ -108,16 +137,16 @@ PAYLOADS: dict[str, tuple[int, str]] = {
     # A maintainer script (a payload path under DEBIAN/; what follows '#' only tells payloads
     # apart). NVIDIA's toolkit packages register /usr/local/cuda as the `cuda` alternative
     # (inferred: cuda-toolkit-12-2-config-common's postinst); the meta-package's stand-in does.
-    "DEBIAN/postinst#cuda-12.2": (0o755, (
-        "#!/bin/sh\nset -e\n# gpu-provisioner test stand-in: register the toolkit as NVIDIA's packages do.\n"
-        "if [ \"$1\" = configure ]; then\n"
-        "  update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-12.2 122\nfi\n")),
+    "DEBIAN/postinst#cuda-12.2": (0o755, _postinst("12.2")),
+    "DEBIAN/postinst#cuda-12.8": (0o755, _postinst("12.8")),
     # nvcc's --version, in the real 12.2 Update 2 wording (V12.2.140): the role checks the
     # release it names. It compiles nothing.
-    "/usr/local/cuda-12.2/bin/nvcc": (0o755, (
-        "#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's nvcc: it compiles nothing.\n"
-        "echo 'nvcc: NVIDIA (R) Cuda compiler driver'\necho 'Copyright (c) 2005-2023 NVIDIA Corporation'\n"
-        "echo 'Cuda compilation tools, release 12.2, V12.2.140'\n")),
+    "/usr/local/cuda-12.2/bin/nvcc": (0o755, _nvcc("2005-2023", "Cuda compilation tools, release 12.2, V12.2.140")),
+    # 12.8 Update 1's (cuda-nvcc-12-8 12.8.93-1), as public `nvcc --version` logs print it
+    # (public-code index ids 66318288920, 28166917175).
+    "/usr/local/cuda-12.8/bin/nvcc": (0o755, _nvcc("2005-2025", "Built on Fri_Feb_21_20:23:50_PST_2025",
+                                                   "Cuda compilation tools, release 12.8, V12.8.93",
+                                                   "Build cuda_12.8.r12.8/compiler.35583870_0")),
 }
 
 
@@ -134,31 +163,35 @@ class Repo:
     seconds: float
 
 
-def _cache_key(cat: Catalogue) -> str:
+def _cache_key(m: Manifest) -> str:
+    """The manifest file's hash (and its content, for a manifest made in memory), the
+    payloads and this format."""
     h = hashlib.sha256()
-    h.update(f"format {FORMAT}\n{cat.flavour}\n{cat.sha256}\n".encode())
+    h.update(f"format {FORMAT}\n{m.flavour}\n{m.sha256}\n".encode())
+    h.update(m.model_dump_json(exclude={"sha256"}).encode())
     h.update(json.dumps(PAYLOADS, sort_keys=True).encode())
     return h.hexdigest()
 
 
-def deb_name(name: str, pkg: PackageVersion) -> str:
-    """NVIDIA's file name: the epoch left out (datacenter-gpu-manager_3.3.9_amd64.deb)."""
+def deb_name(name: str, pkg: StandInPackage) -> str:
+    """NVIDIA's file name: the epoch left out (datacenter-gpu-manager-4-core_4.5.2-1_amd64.deb)."""
     return f"{name}_{pkg.version.split(':', 1)[-1]}_{pkg.arch}.deb"
 
 
-def build(root: Path = DEFAULT_ROOT, flavour: str = "ubuntu2204", cat: Catalogue | None = None) -> Repo:
-    """Build (or find cached) the stand-in repository for `flavour` under `root`."""
+def build(root: Path = DEFAULT_ROOT, flavour: str = "ubuntu2204", manifest: Manifest | None = None) -> Repo:
+    """Build (or find cached) the stand-in repository for `flavour` under `root`, from the
+    stand-in's manifest (provisioner/lab/standin/<flavour>.yml, or `manifest`)."""
     t0 = time.monotonic()
-    cat = cat or catalogue_mod.load(flavour)
+    m = manifest or manifest_mod.load(flavour)
     root = Path(root)
-    repo_dir = root / cat.path
-    key = _cache_key(cat)
-    stamp = root / STAMP.format(flavour=cat.flavour)
+    repo_dir = root / m.path
+    key = _cache_key(m)
+    stamp = root / STAMP.format(flavour=m.flavour)
     if stamp.exists():
         try:
             info = json.loads(stamp.read_text())
             if info.get("cache_key") == key and (repo_dir / "InRelease").exists():
-                return Repo(root, repo_dir, cat.path, info["key_path"], info["key_id"], info["fingerprint"],
+                return Repo(root, repo_dir, m.path, info["key_path"], info["key_id"], info["fingerprint"],
                             info["packages"], True, time.monotonic() - t0)
         except (OSError, ValueError, KeyError):
             pass
@@ -166,56 +199,47 @@ def build(root: Path = DEFAULT_ROOT, flavour: str = "ubuntu2204", cat: Catalogue
         if not shutil.which(tool):
             raise ProvisionError(f"{tool} is not installed (the stand-in CUDA repository needs it)", where="lab",
                                  fix="run `sudo scripts/setup-dev-host` (dpkg and gnupg)")
-    missing = sorted({f for es in cat.packages.values() for e in es for f in e.stand_in_files} - PAYLOADS.keys())
+    entries = m.entries()
+    missing = sorted({f for _, p in entries for f in p.stand_in_files} - PAYLOADS.keys())
     if missing:
-        raise ProvisionError(f"catalogue names stand-in files with no payload: {missing}", where="cudarepo.PAYLOADS")
+        raise ProvisionError(f"the stand-in manifest names files with no payload: {missing}", where="cudarepo.PAYLOADS")
     if repo_dir.exists():
         shutil.rmtree(repo_dir)
     stamp.unlink(missing_ok=True)
     repo_dir.mkdir(parents=True)
-    entries = sorted(((n, p) for n, es in cat.packages.items() for p in es),
-                     key=lambda np: (np[0], _VersionKey(np[1].version)))
     with tempfile.TemporaryDirectory(prefix="cudarepo-") as tmp:
         with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(lambda np: _build_deb(np[0], np[1], cat, Path(tmp), repo_dir), entries))
-        packages = "\n".join(_stanza(n, p, cat, repo_dir) for n, p in entries)
+            list(pool.map(lambda np: _build_deb(np[0], np[1], m, Path(tmp), repo_dir), entries))
+        packages = "\n".join(_stanza(n, p, m, repo_dir) for n, p in entries)
         (repo_dir / "Packages").write_text(packages)
         with open(repo_dir / "Packages.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=EPOCH, filename="") as gz:
             gz.write(packages.encode())
-        (repo_dir / "Release").write_text(_release(cat, repo_dir))
-        key_id, fingerprint = _sign(repo_dir, Path(tmp) / "gnupg", cat.flavour)
+        (repo_dir / "Release").write_text(_release(m, repo_dir))
+        key_id, fingerprint = _sign(repo_dir, Path(tmp) / "gnupg", m.flavour)
     for p in repo_dir.iterdir():
         os.utime(p, (EPOCH, EPOCH))
-    key_path = f"{cat.path}/{key_id}.pub"
+    key_path = f"{m.path}/{key_id}.pub"
     stamp.write_text(json.dumps({"cache_key": key, "key_path": key_path, "key_id": key_id, "fingerprint": fingerprint,
-                                 "packages": len(entries), "flavour": cat.flavour}, indent=2) + "\n")
-    return Repo(root, repo_dir, cat.path, key_path, key_id, fingerprint, len(entries), False, time.monotonic() - t0)
+                                 "packages": len(entries), "flavour": m.flavour}, indent=2) + "\n")
+    return Repo(root, repo_dir, m.path, key_path, key_id, fingerprint, len(entries), False, time.monotonic() - t0)
 
 
-class _VersionKey:
-    def __init__(self, v: str) -> None:
-        self.v = v
-
-    def __lt__(self, other: _VersionKey) -> bool:
-        return compare_versions(self.v, other.v) < 0
-
-
-def _control(name: str, pkg: PackageVersion, cat: Catalogue) -> str:
+def _control(name: str, pkg: StandInPackage, m: Manifest) -> str:
     lines = [f"Package: {name}", f"Version: {pkg.version}", f"Architecture: {pkg.arch}", f"Maintainer: {MAINTAINER}",
              "Section: multiverse/devel", "Priority: optional"]
     for field, values in (("Depends", pkg.depends), ("Conflicts", pkg.conflicts), ("Provides", pkg.provides)):
         if values:
             lines.append(f"{field}: {', '.join(values)}")
     lines.append(f"Description: gpu-provisioner test stand-in for NVIDIA's {name} {pkg.version}")
-    lines.append(f" Metadata only (name, version, dependencies as in {cat.path} of NVIDIA's CUDA")
-    lines.append(" repository, per gpu-provisioner's package catalogue). It contains no NVIDIA software.")
+    lines.append(f" Metadata only (name, version, a subset of the dependencies, as in {m.path} of NVIDIA's")
+    lines.append(" CUDA repository, per the lab's stand-in manifest). It contains no NVIDIA software.")
     return "\n".join(lines) + "\n"
 
 
-def _build_deb(name: str, pkg: PackageVersion, cat: Catalogue, tmp: Path, repo_dir: Path) -> None:
+def _build_deb(name: str, pkg: StandInPackage, m: Manifest, tmp: Path, repo_dir: Path) -> None:
     tree = tmp / f"{name}_{pkg.version.replace(':', '%')}"
     (tree / "DEBIAN").mkdir(parents=True)
-    (tree / "DEBIAN" / "control").write_text(_control(name, pkg, cat))
+    (tree / "DEBIAN" / "control").write_text(_control(name, pkg, m))
     for path in sorted(pkg.stand_in_files):
         mode, content = PAYLOADS[path]
         dest = tree / path.split("#", 1)[0].lstrip("/")
@@ -238,19 +262,19 @@ def _hashes(path: Path) -> dict[str, str]:
             "SHA256": hashlib.sha256(data).hexdigest(), "Size": str(len(data))}
 
 
-def _stanza(name: str, pkg: PackageVersion, cat: Catalogue, repo_dir: Path) -> str:
+def _stanza(name: str, pkg: StandInPackage, m: Manifest, repo_dir: Path) -> str:
     deb = repo_dir / deb_name(name, pkg)
-    control = _control(name, pkg, cat)
+    control = _control(name, pkg, m)
     head, _, desc = control.partition("Description:")
     h = _hashes(deb)
     return (head + f"Filename: ./{deb.name}\nSize: {h['Size']}\nMD5sum: {h['MD5sum']}\nSHA1: {h['SHA1']}\n"
             f"SHA256: {h['SHA256']}\nDescription:{desc}").rstrip("\n") + "\n"
 
 
-def _release(cat: Catalogue, repo_dir: Path) -> str:
+def _release(m: Manifest, repo_dir: Path) -> str:
     date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(EPOCH))
     files = [repo_dir / "Packages", repo_dir / "Packages.gz"]
-    out = [f"Origin: {cat.release.origin}", f"Label: {cat.release.label}", f"Architecture: {cat.release.architecture}",
+    out = [f"Origin: {m.release.origin}", f"Label: {m.release.label}", f"Architecture: {m.release.architecture}",
            f"Date: {date}"]
     for field, algo in (("MD5Sum", "MD5sum"), ("SHA1", "SHA1"), ("SHA256", "SHA256")):
         out.append(f"{field}:")
