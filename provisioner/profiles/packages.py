@@ -148,9 +148,11 @@ def plan(p: Profile, cat: Catalogue) -> dict[str, Pins]:
         pins = {n: r.exact(n, p.driver.version, "driver.version") for n in names}
         pins.update(r.exact_closure(pins))
         for n in r.cat.names("driver_pinning", p.driver.branch, **r.numbers):
-            # The pinning package is versioned by branch (580-1ubuntu1), or by driver version
-            # for nvidia-driver-pinning-<x.y.z>: either way the catalogue's only build of it.
-            pins[n] = r.exact(n, str(p.driver.branch), "driver.branch")
+            # The pinning package is versioned by branch (580-1ubuntu1), not by the driver: the
+            # index's build of it. It only locks the branch, so an index without it (no listing
+            # shows one for every flavour) installs the driver unlocked rather than refusing it.
+            if r.cat.versions(n):
+                pins[n] = r.exact(n, str(p.driver.branch), "driver.branch")
         out["driver"] = pins
     if p.fabric_manager.enabled or p.driver.source == "cuda_repo":
         # Also when the profile leaves it off: the role installs it anyway on a host where it

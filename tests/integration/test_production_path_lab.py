@@ -17,11 +17,18 @@ What the profile changes from h100-train, and why:
 - os: debian-12, which is the truth about a lab host. mirrors.cuda_repo_flavour is ubuntu2204,
   so it takes h100-train's Ubuntu 22.04 package set from the stand-in;
 - mirrors: the stand-in's URL, key URL and key fingerprint, as a site's mirror would be given;
+- driver and CUDA: the stand-in's newest R580 release and CUDA 12.8, which the committed
+  snapshot (provisioner/data/catalogue/ubuntu2204.yml) does not have: every pin must come
+  from the stand-in's signed index, at the revisions its own manifest gives
+  (provisioner/lab/standin/ubuntu2204.yml), which differ from the snapshot's on purpose;
 - python_env: off. Its Miniforge installer and CUDA wheels are not reachable from here; the
   Molecule python_env scenario covers the role (venv, conda with a stand-in installer,
   checksum refusals, drift repair);
 - tensorrt: on (8.6.1.6, built for CUDA 12.x), which h100-train does not install, so that
   the TensorRT role converges against the stand-in too.
+
+Before the converge, the same profile asking for a driver release the index lacks is
+refused before the host changes (no preferences file, no new package).
 
 What this proves: the apt logic (names and exact versions resolved by render in the
 catalogue; pins by version and by NVIDIA's Origin/Label; holds; the host with a
@@ -43,9 +50,12 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.profiles import packages
 from provisioner import profiles
 from provisioner.engine import commands
+from provisioner.errors import ProvisionError
+from provisioner.lab import manifest
+from provisioner.profiles import catalogue
+from provisioner.render import plan_for
 
 from . import labtools
 from .labtools import podman
@@ -75,12 +85,22 @@ python_env:
   enabled: false
 tensorrt:
   version: 8.6.1.6
+driver:
+  version: {driver}
+fabric_manager:
+  version: {driver}
+cuda:
+  toolkits: ["{toolkit}"]
 mirrors:
   cuda_repo_url: {url}
   cuda_repo_flavour: ubuntu2204
   cuda_repo_key_url: {key_url}
   cuda_repo_key_fingerprint: {fingerprint}
 """
+
+
+# The stand-in's newest R580 release, from its own manifest (not the snapshot's data).
+NEWEST_DRIVER = manifest.load("ubuntu2204").versions("cuda-drivers-580")[-1].split("-")[0]
 
 
 def sh(host: str, script: str, timeout: int = 300):
@@ -120,7 +140,8 @@ apt-get update 2>&1""")
 def profile_file(standin, tmp_path_factory) -> Path:
     repo, url = standin
     path = tmp_path_factory.mktemp("profile") / "h100-train-lab.yml"
-    path.write_text(PROFILE.format(url=url, key_url=f"{url}{repo.key_path}", fingerprint=repo.fingerprint))
+    path.write_text(PROFILE.format(url=url, key_url=f"{url}{repo.key_path}", fingerprint=repo.fingerprint,
+                                   driver=NEWEST_DRIVER, toolkit="12.8"))
     return path
 
 
@@ -139,13 +160,35 @@ def installed(host: str, names) -> dict[str, str]:
 
 def test_h100_train_from_the_stand_in_as_a_sudo_user(lab, profile_file, tmp_path):
     t0 = time.monotonic()
-    plan = packages.plan(profiles.load(str(profile_file)).profile)
-    pins = {name: version for component in plan.values() for name, version in component.items()}
-    assert set(plan) == {"driver", "fabric_manager", "cuda_toolkit", "cudnn", "nccl", "tensorrt", "dcgm", "dcgm_exporter"}
-    assert plan["tensorrt"]["libnvinfer8"] == "8.6.1.6-1+cuda12.0"
+    loaded = profiles.load(str(profile_file))
+    # The snapshot does not have this release (profiles validate says so, as advice) ...
+    assert NEWEST_DRIVER in (loaded.advisory or "") and not catalogue.load("ubuntu2204").versions("cuda-toolkit-12-8")
+    # ... and the pins come from the stand-in's signed index, at its manifest's revisions.
+    plan = plan_for(loaded)
+    standin = manifest.load("ubuntu2204")
+    pins = {name: version for component in plan.pins.values() for name, version in component.items()}
+    assert set(plan.pins) == {"driver", "fabric_manager", "cuda_toolkit", "cudnn", "nccl", "tensorrt", "dcgm",
+                              "dcgm_exporter"}
+    assert all(version in standin.versions(name) for name, version in pins.items()), pins
+    assert plan.pins["driver"]["cuda-drivers-580"] == standin.versions("cuda-drivers-580")[-1]
+    assert plan.pins["cuda_toolkit"] == {"cuda-toolkit-12-8": standin.versions("cuda-toolkit-12-8")[-1]}
+    assert plan.pins["tensorrt"]["libnvinfer8"] == "8.6.1.6-1+cuda12.0"
+    assert plan.index["url"].endswith("/ubuntu2204/x86_64/") and plan.index["release_date"]
     hosts = [h.name for h in lab.hosts]
     inventory = lab.inventory
     assert "ansible_user=provision" in inventory.read_text()        # the sudo user, not root
+
+    # A release the index lacks is refused before the host changes: the error names the
+    # index (URL, Release Date) and what it carries; no preferences file, no new package.
+    before = sh(hosts[0], "dpkg-query -W -f '${Package} ${Version}\\n'; ls /etc/apt/preferences.d").stdout
+    lacking = profile_file.with_name("lacking.yml")
+    lacking.write_text(profile_file.read_text().replace(NEWEST_DRIVER, "580.82.07"))
+    with pytest.raises(ProvisionError) as refused:
+        run("up", lacking, inventory, tmp_path)
+    message = str(refused.value)
+    assert "cuda-drivers-580 580.82.07 is not in the index at" in message and plan.index["url"] in message, message
+    assert f"Release Date: {plan.index['release_date']}" in message and NEWEST_DRIVER in message, message
+    assert sh(hosts[0], "dpkg-query -W -f '${Package} ${Version}\\n'; ls /etc/apt/preferences.d").stdout == before
 
     # Check mode on a fresh host: says what it would do, touches nothing, fails nothing.
     dry = run("check", profile_file, inventory, tmp_path, deep=True)
@@ -168,7 +211,8 @@ def test_h100_train_from_the_stand_in_as_a_sudo_user(lab, profile_file, tmp_path
         assert set(pins) <= held, (host, set(pins) - held)
         # apt keeps NVIDIA's other builds at 100, the exact one at 1001.
         policy = sh(host, "apt-cache policy cuda-drivers-580 libcudnn8").stdout
-        assert "580.95.05-1ubuntu1 1001" in policy and "580.65.06-0ubuntu1 100" in policy, policy
+        older = standin.versions("cuda-drivers-580")[0]
+        assert f"{pins['cuda-drivers-580']} 1001" in policy and f"{older} 100" in policy, policy
         # apt is healthy afterwards: one source for the repository, its key only.
         update = sh(host, "apt-get update 2>&1")
         assert update.returncode == 0 and "Conflicting values" not in update.stdout, update.stdout
