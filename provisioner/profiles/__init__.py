@@ -153,7 +153,7 @@ def load(ref: str) -> Loaded:
     try:
         advisory = packages.snapshot_advisory(profile)
     except ProvisionError as exc:
-        raise ProvisionError(f"{exc.message} ({files[0]})", where=exc.where, fix=exc.fix) from None
+        raise ProvisionError(exc.message, where=f"{files[0]}: {exc.where}", fix=exc.fix) from None
     return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), advisory)
 
 

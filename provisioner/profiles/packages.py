@@ -129,7 +129,7 @@ class _Resolver:
         return out
 
     def _refuse(self, field: str, what: str, fix: str) -> ProvisionError:
-        return ProvisionError(f"profile {self.p.name}: {field}: {what}", where=field, fix=fix)
+        return ProvisionError(what, where=field, fix=fix)
 
 
 def plan(p: Profile, cat: Catalogue) -> dict[str, Pins]:
@@ -243,5 +243,6 @@ def snapshot_advisory(p: Profile) -> str | None:
     try:
         plan(p, cat)
     except ProvisionError as exc:
-        return f"{exc.message} (advisory: render, preflight and up resolve against the repository's live index)"
+        return (f"{exc.where}: {exc.message} (advisory: render, preflight and up resolve against the repository's "
+                "live index)")
     return None

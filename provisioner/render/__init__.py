@@ -119,7 +119,7 @@ def plan_for(loaded: Loaded, mode: packages.Mode = "live") -> packages.Plan:
     try:
         return packages.resolve(loaded.profile, mode)
     except ProvisionError as exc:
-        raise ProvisionError(f"{exc.message} ({loaded.files[0]})", where=exc.where, fix=exc.fix) from None
+        raise ProvisionError(exc.message, where=f"{loaded.files[0]}: {exc.where}", fix=exc.fix) from None
 
 
 def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, Any]:
