@@ -30,12 +30,16 @@ def _trust(value: Any) -> Any:
 class RoleRender:
     def __init__(self, role: str, overrides: dict[str, Any], facts: dict[str, Any] | None = None):
         self.dir = ROLES / role
-        defaults = yaml.safe_load((self.dir / "defaults" / "main.yml").read_text()) or {}
-        derived = yaml.safe_load((self.dir / "vars" / "main.yml").read_text()) or {}
-        os_vars = yaml.safe_load((self.dir / "vars" / "Ubuntu-22.yml").read_text()) or {}
+        defaults, derived, os_vars = (self._load(self.dir / part) for part in
+                                      ("defaults/main.yml", "vars/main.yml", "vars/Ubuntu-22.yml"))
         variables = {**defaults, **overrides, **os_vars, **derived,
                      "ansible_managed": "Ansible managed", **(facts or {})}
         self.templar = Templar(loader=DataLoader(), variables=_trust(variables))
+
+    @staticmethod
+    def _load(path: Path) -> dict[str, Any]:
+        # A role without per-release vars (fabric_manager) has no vars/Ubuntu-22.yml.
+        return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
     def var(self, name: str) -> Any:
         return self.templar.template(trust_as_template("{{ " + name + " }}"))

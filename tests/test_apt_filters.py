@@ -81,6 +81,15 @@ def test_pins_offered_unoffered_and_unmet():
     assert unmet == ["absent=1-1 (installed: none)", f"nvidia-smi=0-1 (installed: {installed['nvidia-smi']})"]
 
 
+def test_pins_offer_report_names_each_refused_pin_with_what_apt_offers_instead():
+    avail = apt.madison_versions(MADISON)
+    pins = {"nvidia-driver": "535.309.01-0+deb12u1", "nvidia-smi": "535.1-1", "libcudnn9-cuda-12": "9.1.0.70-1"}
+    assert apt.pins_offer_report(pins, avail) == [
+        "libcudnn9-cuda-12=9.1.0.70-1 (apt offers: no version of libcudnn9-cuda-12)",
+        "nvidia-smi=535.1-1 (apt offers: 535.309.01-0+deb12u1, 535.261.03-1)"]
+    assert apt.pins_offer_report({"nvidia-driver": "535.309.01-0+deb12u1"}, avail) == []
+
+
 def test_apt_preferences_pin_exact_then_repository_then_nothing():
     text = apt.apt_preferences({"libcudnn8": "8.9.7.29-1+cuda12.2"}, "NVIDIA", "NVIDIA CUDA", "cuDNN")
     assert text.split("\n\n")[1:] == [

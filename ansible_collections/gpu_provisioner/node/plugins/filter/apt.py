@@ -17,6 +17,7 @@ it is plain Python, unit-tested on captured output (tests/test_apt_filters.py):
   kernel_compiler(proc_version)    `/proc/version` -> the compiler package the kernel was built
                                    with ("gcc-12"), or "" when it does not say
   pins_unoffered(pins, avail)      -> ["name=version", ...] that apt's sources do not offer
+  pins_offer_report(pins, avail)   -> ["name=version (apt offers: v1, v2)", ...] for each of those, for messages
   kept_or_newest(patterns, installed, avail)
                                    -> {package: installed version if it matches its regex, else the newest offered}
   installed_matching(installed, name_re, version_re)
@@ -117,6 +118,13 @@ def pins_unoffered(pins: dict[str, str], avail: dict[str, list[str]]) -> list[st
     return [f"{name}={version}" for name, version in sorted(pins.items()) if version not in avail.get(name, [])]
 
 
+def pins_offer_report(pins: dict[str, str], avail: dict[str, list[str]]) -> list[str]:
+    """Each pin no apt source offers, with the versions apt does offer of that package
+    (newest first), so a refusal names what the host could install instead."""
+    return [f"{name}={version} (apt offers: {', '.join(avail[name]) if avail.get(name) else 'no version of ' + name})"
+            for name, version in sorted(pins.items()) if version not in avail.get(name, [])]
+
+
 def kept_or_newest(patterns: dict[str, str], installed: dict[str, str], avail: dict[str, list[str]]) -> dict[str, str]:
     """Per package, its installed version if that matches its version regex, else the newest
     offered one that does, else "" (not offered yet)."""
@@ -214,6 +222,7 @@ class FilterModule:
             "as_installed": as_installed,
             "kernel_compiler": kernel_compiler,
             "pins_unoffered": pins_unoffered,
+            "pins_offer_report": pins_offer_report,
             "kept_or_newest": kept_or_newest,
             "installed_matching": installed_matching,
             "as_install": as_install,
