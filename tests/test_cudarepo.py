@@ -435,22 +435,23 @@ def _free_port() -> int:
 @needs_tools
 @pytest.mark.skipif(os.geteuid() != 0, reason="serve() writes its pidfile under /run/provisioner-lab (root)")
 def test_serve_binds_where_asked_and_stop_ends_it(repo):
+    # Its own port, so a lab's stand-in server on the default port is neither reused nor stopped.
     port = _free_port()
     url = cudarepo.serve(repo, bind="127.0.0.1", port=port)
     try:
         assert url == f"http://127.0.0.1:{port}/"
         assert cudarepo.serve(repo, bind="127.0.0.1", port=port) == url           # reused
-        pid = cudarepo.running().pid
+        pid = cudarepo.running(port).pid
         body = urllib.request.urlopen(url + repo.path + "/InRelease", timeout=5).read().decode()
         assert "Origin: NVIDIA" in body and "BEGIN PGP SIGNATURE" in body
         key = urllib.request.urlopen(url + repo.key_path, timeout=5).read().decode()
         assert "BEGIN PGP PUBLIC KEY BLOCK" in key
     finally:
-        assert cudarepo.stop()
-    assert cudarepo.running() is None and not Path(f"/proc/{pid}").exists()
+        assert cudarepo.stop(port)
+    assert cudarepo.running(port) is None and not Path(f"/proc/{pid}").exists()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=0.5)
-    assert not cudarepo.stop()
+    assert not cudarepo.stop(port)
 
 
 @needs_tools

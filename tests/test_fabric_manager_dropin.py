@@ -26,6 +26,23 @@ def test_the_drop_in_holds_exactly_the_two_start_conditions():
     assert render.var("fabric_manager_dropin_file") == DROPIN
 
 
+def test_an_nvlink5_system_has_no_nvswitch_device_condition_and_loads_ib_umad():
+    # HGX B200: fourth-generation NVSwitches are no /dev/nvidia-nvswitch*; the condition would
+    # keep fabric manager from ever starting. render says which systems are NVLink 5.
+    from provisioner import profiles
+    from provisioner.render import role_vars
+
+    assert role_vars(profiles.load("b200-train"))["fabric_manager_nvlink5"] is True
+    assert role_vars(profiles.load("h100-train"))["fabric_manager_nvlink5"] is False
+    render = RoleRender("fabric_manager", {"fabric_manager_nvlink5": True})
+    assert _directives(render.template("start-conditions.conf.j2")) == ["[Unit]", "ConditionPathExists=/dev/nvidiactl"]
+    tasks = {t["name"]: t for t in yaml.safe_load((ROLE / "tasks" / "install.yml").read_text())}
+    load = tasks["Load ib_umad at every boot for fabric manager's NVLink 5 precheck."]
+    assert load["ansible.builtin.copy"]["content"].endswith("ib_umad\n") and load["when"] == "fabric_manager_nvlink5 | bool"
+    assert tasks["Load ib_umad now (NVLink 5; not in a container, which has the machine's kernel)."][
+        "ansible.builtin.command"]["argv"] == ["modprobe", "ib_umad"]
+
+
 def _stat(*present: str) -> dict:
     return {"results": [{"item": path, "stat": {"exists": path in present}}
                         for path in ("/dev/nvidia-nvswitch0", "/dev/nvidiactl")]}

@@ -324,21 +324,22 @@ class Served:
     bind: str
 
 
-# One server per port (PROVISIONER_LAB_CUDAREPO_PORT): labs on other ports do not share it.
-def _pidfile() -> Path:
-    return RUN_DIR / f"cudarepo-http-{PORT}.pid"
+# One server per port (PROVISIONER_LAB_CUDAREPO_PORT, or serve()'s port): a server on another
+# port (a lab of its own, a test's) neither shares nor stops it.
+def _pidfile(port: int) -> Path:
+    return RUN_DIR / f"cudarepo-http-{port}.pid"
 
 
-def _state_file() -> Path:
-    return RUN_DIR / f"cudarepo-http-{PORT}.json"
+def _state_file(port: int) -> Path:
+    return RUN_DIR / f"cudarepo-http-{port}.json"
 
 
-def running() -> Served | None:
-    """The stand-in's web server if it is running (by its pidfile and its command line)."""
+def running(port: int = PORT) -> Served | None:
+    """The stand-in's web server on `port` if it is running (by its pidfile and its command line)."""
     try:
-        pid = int(_pidfile().read_text().strip())
+        pid = int(_pidfile(port).read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = json.loads(_state_file().read_text())
+        state = json.loads(_state_file(port).read_text())
     except (OSError, ValueError):
         return None
     if b"http.server" not in cmdline:
@@ -356,11 +357,11 @@ def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int =
     if bind is None:
         bind = podman.network_gateway()
     url = f"http://{bind}:{port}/"
-    cur = running()
+    cur = running(port)
     if cur and cur.root == str(root) and cur.bind == bind and cur.url == url and podman.port_open(bind, port):
         return url
     if cur:
-        stop()
+        stop(port)
     if podman.port_open(bind, port):
         raise ProvisionError(f"something else already listens on {bind}:{port}", where="lab stand-in CUDA repository",
                              fix="stop it, or set PROVISIONER_LAB_CUDAREPO_PORT")
@@ -369,8 +370,8 @@ def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int =
     with open(LOG_DIR / "cudarepo-http.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", bind, "--directory", str(root)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
-    _pidfile().write_text(f"{proc.pid}\n")
-    _state_file().write_text(json.dumps({"url": url, "root": str(root), "bind": bind}) + "\n")
+    _pidfile(port).write_text(f"{proc.pid}\n")
+    _state_file(port).write_text(json.dumps({"url": url, "root": str(root), "bind": bind}) + "\n")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -378,17 +379,17 @@ def serve(root: Path | Repo = DEFAULT_ROOT, bind: str | None = None, port: int =
         if podman.port_open(bind, port):
             return url
         time.sleep(0.1)
-    stop()
+    stop(port)
     raise ProvisionError(f"the stand-in CUDA repository's web server did not start on {url}",
                          where=str(LOG_DIR / "cudarepo-http.log"), fix="read that log")
 
 
-def stop() -> bool:
-    """Stop the stand-in's web server (the built repository stays). True if one ran."""
-    cur = running()
-    _state_file().unlink(missing_ok=True)
+def stop(port: int = PORT) -> bool:
+    """Stop the stand-in's web server on `port` (the built repository stays). True if one ran."""
+    cur = running(port)
+    _state_file(port).unlink(missing_ok=True)
     if not cur:
-        _pidfile().unlink(missing_ok=True)
+        _pidfile(port).unlink(missing_ok=True)
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(cur.pid, 15)
@@ -398,5 +399,5 @@ def stop() -> bool:
         with contextlib.suppress(ChildProcessError):  # reap it when this process started it
             os.waitpid(cur.pid, os.WNOHANG)
         time.sleep(0.1)
-    _pidfile().unlink(missing_ok=True)
+    _pidfile(port).unlink(missing_ok=True)
     return True

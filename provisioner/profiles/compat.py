@@ -509,6 +509,13 @@ def decide_gpudirect(requested: str, infiniband: bool, os: str, kernel_modules: 
                             "nvidia-peermem needs (it would fail to load at every boot)")
 
 
+def nvlink5(p: Profile) -> bool:
+    """An NVLink 5 system: Blackwell GPUs on NVSwitches (HGX B200/B300), whose fourth-generation
+    NVSwitches fabric manager reaches through the NVLink management NICs (NVIDIA Fabric Manager
+    user guide, 1.3.2 and 1.6.4 "NVIDIA HGX B200/B100 GPU Baseboard")."""
+    return p.hardware.interconnect == "nvswitch" and p.hardware.gpu.architecture == "blackwell"
+
+
 def gpudirect(p: Profile) -> GpuDirect:
     return decide_gpudirect(p.network.gpudirect_rdma, p.hardware.infiniband, p.os, p.driver.kernel_modules,
                             p.driver.branch, architecture_of(p))
