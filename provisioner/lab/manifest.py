@@ -21,36 +21,21 @@ every Depends that nothing in the manifest (nor a base package) satisfies.
 from __future__ import annotations
 
 import hashlib
-import re
 from functools import cmp_to_key
 from pathlib import Path
 
-from debian.deb822 import PkgRelation
 from debian.debian_support import Version, version_compare
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from provisioner.errors import ProvisionError
+from provisioner.profiles.catalogue import parse_relation as relation
+from provisioner.profiles.catalogue import NAME_RE, relation_holds
 from provisioner.yamlfile import read_yaml
 
 MANIFEST_DIR = Path(__file__).resolve().parent / "standin"
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
-_OPS = {"<<": lambda c: c < 0, "<=": lambda c: c <= 0, "=": lambda c: c == 0, ">=": lambda c: c >= 0,
-        ">>": lambda c: c > 0}
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def relation(text: str) -> list[tuple[str, str | None, str | None]]:
-    """``'a (>= 1) | b'`` -> ``[('a', '>=', '1'), ('b', None, None)]``: one Debian relation,
-    its alternatives (python-debian's parser; what it cannot parse is refused)."""
-    parsed = PkgRelation.parse_relations(text)
-    # python-debian hands back what it cannot parse raw, as a name with spaces in it.
-    if len(parsed) != 1 or any(not _NAME_RE.match(alt["name"]) for alt in parsed[0]):
-        raise ValueError(f"not one Debian relation: {text!r}")
-    return [(alt["name"], *(alt["version"] or (None, None))) for alt in parsed[0]]
 
 
 class StandInPackage(_Strict):
@@ -103,7 +88,7 @@ class Manifest(_Strict):
     @model_validator(mode="after")
     def _one_entry_per_version(self) -> Manifest:
         for name, entries in self.packages.items():
-            if not _NAME_RE.match(name):
+            if not NAME_RE.match(name):
                 raise ValueError(f"{name!r} is not a Debian package name")
             seen = [e.version for e in entries]
             dup = sorted({v for v in seen if seen.count(v) > 1})
@@ -134,7 +119,7 @@ class Manifest(_Strict):
         if op is None and any(dep in [relation(p)[0][0] for p in e.provides]
                               for es in self.packages.values() for e in es):
             return True
-        return any(op is None or _OPS[op](version_compare(e.version, want)) for e in self.packages.get(dep, []))
+        return any(op is None or relation_holds(e.version, op, want) for e in self.packages.get(dep, []))
 
 
 def flavours() -> list[str]:

@@ -217,14 +217,14 @@ def from_index(cat: Catalogue, index) -> Catalogue:
 # ----------------------------------------------------------------------------- Debian versions
 
 VERSION_RE = re.compile(r"^(?:\d+:)?[0-9][A-Za-z0-9.+~-]*$")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
 def parse_relation(relation: str) -> list[tuple[str, str | None, str | None]]:
     """``'a (>= 1) | b'`` -> ``[('a', '>=', '1'), ('b', None, None)]`` (python-debian's parser)."""
     alternatives = PkgRelation.parse_relations(relation)
     # python-debian returns what it cannot parse raw, as a name with spaces in it.
-    if len(alternatives) != 1 or any(not _NAME_RE.match(a["name"]) for a in alternatives[0]):
+    if len(alternatives) != 1 or any(not NAME_RE.match(a["name"]) for a in alternatives[0]):
         raise ValueError(f"not one Debian relation: {relation!r}")
     out = []
     for alt in alternatives[0]:
