@@ -286,15 +286,19 @@ def judge_xid(profile: Profile, events: list[kernel_log.XidEvent], report: nvidi
             gpus[gpu.bus_id.lower()[-12:-2]] = f"GPU {index}"
     found = []
     worst = "informational"
-    order = ["informational", "inspect_application", "reset_gpu", "reboot", "rma"]
+    order = ["informational", "inspect_application", "reset_gpu", "drain_and_reset", "reboot", "rma"]
     for event in events:
         entry = catalog["xids"].get(event.xid)
         if event.recovery_action:  # Xid 154: the driver says what it needs
             text = event.recovery_action.lower()
-            action = "reboot" if "reboot" in text else "reset_gpu" if "reset" in text else (
-                "informational" if "none" in text else "rma" if "drain" in text else "reset_gpu")
+            action = "reboot" if "reboot" in text else "drain_and_reset" if "drain and reset" in text else (
+                "reset_gpu" if "reset" in text else "informational" if "none" in text else
+                "rma" if "drain" in text else "reset_gpu")
         elif entry:
-            action = catalog["buckets"].get(entry["immediate"], "rma")
+            # "Not Solo": another Xid on the same GPU changes the bucket (Xid 48 with 63/64: drain and reset)
+            beside = [bucket for xid, bucket in (entry.get("with") or {}).items()
+                      if any(e.xid == int(xid) and e.pci == event.pci for e in events)]
+            action = catalog["buckets"].get(beside[0] if beside else entry["immediate"], "rma")
             if entry.get("investigatory") == "CONTACT_SUPPORT" and action == "reset_gpu" and \
                     sum(e.xid == event.xid and e.pci == event.pci for e in events) > 1:
                 action = "rma"  # repeated on the same GPU: what the investigatory bucket says
@@ -304,7 +308,8 @@ def judge_xid(profile: Profile, events: list[kernel_log.XidEvent], report: nvidi
         gpu = gpus.get(event.pci[-10:], f"GPU at PCI {event.pci}")
         name = entry["description"] if entry else "not in our catalog transcription"
         found.append(f"Xid {event.xid} ({name}) on {gpu}" + (f" at {event.when}" if event.when else "")
-                     + f": {catalog['actions'][action]}")
+                     + f": {catalog['actions'][action]}"
+                     + (f" ({entry['note']})" if entry and entry.get("note") else ""))
     detail = f"{len(events)} Xid event(s) since boot: " + "; ".join(found[:8]) + (
         f"; ... {len(found) - 8} more" if len(found) > 8 else "")
     return [(passed if worst == "informational" else failed)("xid events", detail[:1200])]
