@@ -63,7 +63,8 @@ def detect(text: str) -> str | None:
         return "nvidia-smi -q"
     if re.search(r"^\|\s*NVIDIA-SMI \S+", text, re.M):
         return "nvidia-smi table"
-    if re.search(r"\t(?:\x1b?\[\d+m)?GPU0\b", text) and re.search(r"^GPU\d+\t", text, re.M):
+    if re.search(r"^[ \t]*(?:\x1b?\[\d+m)?GPU0[ \t]+(?:GPU1|NIC0|mlx\S*|CPU Affinity)", text, re.M) \
+            and re.search(r"^GPU0[ \t]+X(?:[ \t]|$)", text, re.M):  # tabs, or the runs of spaces of a paste
         return "nvidia-smi topo -m"
     if re.search(r"Cuda compilation tools, release", text):
         return "nvcc --version"

@@ -366,22 +366,38 @@ class Topology:
         return sum(1 for kind in self.links.values() if kind.startswith("NV"))
 
 
+# A cell of the GPU-by-GPU matrix: X (self), NV<n>, SYS, NODE, PHB, PXB, PIX, and older/rarer kinds.
+_TOPO_CELL = re.compile(r"X|NV\d+|SYS|NODE|PHB|PXB|PIX|PSB|SOC|CNS|TNS|NS|OK|U")
+
+
+def _topo_header(cells: list[str]) -> bool:
+    """GPU0 followed by a column name (GPU1, NIC0, mlx5_0, CPU ...), not a matrix cell."""
+    return len(cells) >= 2 and cells[0] == "GPU0" and not _TOPO_CELL.fullmatch(cells[1])
+
+
 def read_topo(text: str) -> Topology:
-    """`nvidia-smi topo -m`: how every pair of GPUs is connected."""
+    """`nvidia-smi topo -m`: how every pair of GPUs is connected.
+
+    nvidia-smi separates the columns with tabs; a paste from a terminal or a web page often has
+    runs of spaces instead, and loses the header's leading tab. The GPU columns come first, in
+    order, and no GPU cell holds a space, so the matrix is read by position from whitespace-split
+    rows (the columns after them, CPU Affinity "0-63,128-191", NUMA Affinity, GPU NUMA ID, may be
+    empty or hold spaces and are not read)."""
     # The header is underlined with ANSI escapes; text copied from web pages keeps "[4m" without the ESC.
-    clean = re.sub(r"\x1b?\[[0-9;]*m", "", text)
-    rows = [line.split("\t") for line in clean.splitlines() if re.match(r"^GPU\d+\t", line)]
-    header = next((line.split("\t") for line in clean.splitlines() if line.startswith("\tGPU0")), [])
-    columns = [c.strip() for c in header]
-    gpu_columns = [i for i, c in enumerate(columns) if re.fullmatch(r"GPU\d+", c)]
+    lines = [re.sub(r"\x1b?\[[0-9;]*m", "", line).split() for line in text.splitlines()]
+    header = next((cells for cells in lines if _topo_header(cells)), [])
+    gpu_columns = []
+    for name in header:
+        if not re.fullmatch(r"GPU\d+", name):
+            break
+        gpu_columns.append(int(name[3:]))
+    rows = [cells for cells in lines if cells and re.fullmatch(r"GPU\d+", cells[0]) and not _topo_header(cells)]
     links = {}
     for row in rows:
         a = int(row[0][3:])
-        for col in gpu_columns:
-            if col < len(row):
-                b = int(columns[col][3:])
-                if a < b:
-                    links[(a, b)] = row[col].strip()
+        for position, b in enumerate(gpu_columns, start=1):
+            if position < len(row) and a < b:
+                links[(a, b)] = row[position]
     return Topology(len(rows), links)
 
 
