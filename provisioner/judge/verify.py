@@ -79,12 +79,15 @@ def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
         checks.append(failed("gpu model", f"no GPU was read from nvidia-smi's {report.source} output"))
         return checks + _versions(profile, report) + _idle(profile, report)
 
-    def is_model(name: str) -> bool:  # the plain table cuts long names: "NVIDIA GeForce RTX 4080 ..."
-        if name.endswith("..."):
-            cut = name[:-3].strip()
-            return want.model.lower().startswith(cut.replace("NVIDIA ", "").replace("GeForce ", "").lower()) \
-                or cut.lower() in f"nvidia {want.model}".lower() or cut.lower() in f"nvidia geforce {want.model}".lower()
-        return want.model.lower() in name.lower()
+    def is_model(name: str) -> bool:
+        model = want.model.lower()
+        if not name.endswith("..."):
+            return model in name.lower()
+        # The plain table cuts long names: "NVIDIA GeForce RTX 4080 ...", "NVIDIA RTX PRO 6000 Blac...":
+        # the model is in what is shown, or runs past the cut (a word of what is shown starts it).
+        shown = name[:-3].strip().lower()
+        words = [shown[i + 1:] for i, ch in enumerate(shown) if ch == " "]
+        return model in shown or any(len(rest) >= 4 and model.startswith(rest) for rest in [shown, *words])
 
     named = [g for g in gpus if g.name]
     wrong = sorted({g.name for g in named if not is_model(g.name)})
