@@ -251,6 +251,19 @@ def test_nvidia_smi_names_of_current_cards():
         assert (compat.architecture_of(p), compat.compute_capability(p)) == (arch, cc), model
 
 
+def test_torch_index_driver_never_proposes_the_index_it_refuses():
+    # Issue 27: the fix listed every index of the release, the refused one among them.
+    old_driver = {"driver": {"branch": 470, "version": "470.57.02"}, "cuda": {"toolkits": ["11.4"]}}
+    for index in ("cu121", "cu124"):
+        problem = rules_broken("rtx4090-dev", {**old_driver, "python_env": {"torch": {"index": index}}})["torch-index-driver"]
+        assert index not in problem.fix, problem.fix
+        assert problem.fix == "raise driver.version to 525.60.13 or newer, or use index cu118 (its CUDA runs on 470.57.02)"
+    none_runs = rules_broken("h100-train", {"hardware": {"gpu": {"model": "V100"}},
+                                            "driver": {"branch": 460, "version": "460.73.01"}})["torch-index-driver"]
+    assert none_runs.fix.startswith("raise driver.version to 525.60.13 or newer (PyTorch 2.11 publishes no index")
+    assert "or use index" not in none_runs.fix
+
+
 RTX_PRO_570 = {"driver": {"branch": 570, "version": "570.133.20"}, "cuda": {"toolkits": ["12.8"]},
                "python_env": {"torch": {"version": "2.7.1", "index": "cu128"}}}
 
