@@ -251,6 +251,53 @@ def test_nvidia_smi_names_of_current_cards():
         assert (compat.architecture_of(p), compat.compute_capability(p)) == (arch, cc), model
 
 
+def test_torch_index_driver_never_proposes_the_index_it_refuses():
+    # Issue 27: the fix listed every index of the release, the refused one among them.
+    old_driver = {"driver": {"branch": 470, "version": "470.57.02"}, "cuda": {"toolkits": ["11.4"]}}
+    for index in ("cu121", "cu124"):
+        problem = rules_broken("rtx4090-dev", {**old_driver, "python_env": {"torch": {"index": index}}})["torch-index-driver"]
+        assert index not in problem.fix, problem.fix
+        assert problem.fix == "raise driver.version to 525.60.13 or newer, or use index cu118 (its CUDA runs on 470.57.02)"
+    none_runs = rules_broken("h100-train", {"hardware": {"gpu": {"model": "V100"}},
+                                            "driver": {"branch": 460, "version": "460.73.01"}})["torch-index-driver"]
+    assert none_runs.fix.startswith("raise driver.version to 525.60.13 or newer (PyTorch 2.11 publishes no index")
+    assert "or use index" not in none_runs.fix
+
+
+RTX_PRO_570 = {"driver": {"branch": 570, "version": "570.133.20"}, "cuda": {"toolkits": ["12.8"]},
+               "python_env": {"torch": {"version": "2.7.1", "index": "cu128"}}}
+
+
+def test_rtx_pro_6000_and_rtx_4000_sff_ada_as_nvidia_smi_prints_them():
+    # Issue 27: "RTX PRO 6000" (the table cuts the name to "NVIDIA RTX PRO 6000 Blac...") and
+    # "NVIDIA RTX 4000 SFF Ada Generation" had no architecture, so such a profile was refused.
+    for model, arch, cc in [("RTX PRO 6000", "blackwell", "12.0"), ("NVIDIA RTX PRO 6000 Blac...", "blackwell", "12.0"),
+                            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "blackwell", "12.0"),
+                            ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "blackwell", "12.0"),
+                            ("NVIDIA RTX 4000 SFF Ada Generation", "ada", "8.9"), ("RTX 4000 SFF Ada", "ada", "8.9"),
+                            ("NVIDIA RTX 4000 Ada Generation", "ada", "8.9")]:
+        p = build("h100-train", {"hardware": {"gpu": {"model": model}}})
+        assert (compat.architecture_of(p), compat.compute_capability(p)) == (arch, cc), model
+    sff = build("rtx4090-dev", {"hardware": {"gpu": {"model": "RTX 4000 SFF Ada", "memory_gib": 20}}})
+    assert not [p for p in compat.check(sff) if p.severity == "error"]
+
+
+def test_each_rtx_pro_6000_edition_has_the_floor_of_its_first_driver():
+    def floor(model: str, version: str) -> str | None:
+        changes = copy.deepcopy(RTX_PRO_570)
+        changes["hardware"] = {"gpu": {"model": model}}
+        changes["driver"] = {"branch": int(version.split(".")[0]), "version": version}
+        found = rules_broken("rtx5090-cv", changes).get("sku-min-driver")
+        return found and found.fix
+    server = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert floor(server, "570.133.20") == "raise driver.version to 575.57.08 or newer"
+    assert floor(server, "575.57.08") is None
+    for workstation in ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell Max-Q",
+                        "RTX PRO 6000"):
+        assert floor(workstation, "570.133.20") is None, workstation
+        assert floor(workstation, "570.86.16") == "raise driver.version to 570.123.07 or newer", workstation
+
+
 def test_package_naming_stays_gone():
     # compat.yml's package_naming (cuDNN 9 / DCGM 4 names per CUDA major) and compat.package_names
     # were read by nothing but their own test: the catalogue names each package itself.

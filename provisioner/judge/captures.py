@@ -59,11 +59,12 @@ def detect(text: str) -> str | None:
         return "nvidia-smi nvlink -s"
     if re.search(r"^GPU \d+: .+\(UUID:", text, re.M):
         return "nvidia-smi -L"
-    if "Attached GPUs" in head:
+    if "Attached GPUs" in head or nvidia_smi.Q_GPU_LINE.search(head):  # -q, whole or -d / cut to one GPU
         return "nvidia-smi -q"
-    if re.search(r"^\|\s*NVIDIA-SMI \S+", text, re.M):
+    if re.search(r"^\|\s*NVIDIA-SMI \S+", text, re.M) or nvidia_smi.is_table(head):
         return "nvidia-smi table"
-    if re.search(r"\t(?:\x1b?\[\d+m)?GPU0\b", text) and re.search(r"^GPU\d+\t", text, re.M):
+    if re.search(r"^[ \t]*(?:\x1b?\[\d+m)?GPU0[ \t]+(?:GPU1|NIC0|mlx\S*|CPU Affinity)", text, re.M) \
+            and re.search(r"^GPU0[ \t]+X(?:[ \t]|$)", text, re.M):  # tabs, or the runs of spaces of a paste
         return "nvidia-smi topo -m"
     if re.search(r"Cuda compilation tools, release", text):
         return "nvcc --version"
@@ -97,7 +98,8 @@ def _judge(profile: Profile, form: str, text: str) -> list[Check]:
     if form.startswith("nvidia-smi") and form not in ("nvidia-smi topo -m", "nvidia-smi nvlink -s",
                                                       "nvidia-smi processes csv"):
         report = nvidia_smi.read(text)  # raises Unreadable: the file is unreadable, exit 1
-        return verify.judge_gpus(profile, report) + (verify.judge_health(profile, report) if report.source == "xml" else [])
+        health = report.source in ("xml", "q", "csv", "table") and profile.expects_gpu and report.gpus
+        return verify.judge_gpus(profile, report) + (verify.judge_health(profile, report) if health else [])
     if form == "nvidia-smi processes csv":
         report = nvidia_smi.GpuReport("csv", [], processes=nvidia_smi.read_processes_csv(text))
         checks = [c for c in verify.judge_gpus(profile, report) if c.name == "idle"]

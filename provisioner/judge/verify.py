@@ -22,7 +22,7 @@ from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
 from provisioner.parsers import ibstat as ibstat_mod
 from provisioner.judge import network
-from provisioner.verdicts.checks import Check, failed, passed, skipped
+from provisioner.verdicts.checks import Check, failed, not_in_capture, passed, skipped
 from provisioner.profiles.models import Profile
 
 
@@ -52,7 +52,19 @@ def _gpu_label(index: int, gpu: nvidia_smi.Gpu) -> str:
 
 # --- nvidia-smi ----------------------------------------------------------------------------
 
+FORM_NAMES = {"csv": "this nvidia-smi --query-gpu CSV", "xml": "this nvidia-smi -q -x", "table": "this nvidia-smi table",
+              "q": "this nvidia-smi -q", "list": "nvidia-smi -L", "version": "nvidia-smi --version",
+              "discovery": "dcgmi discovery -l"}
+
+
+def _lacks(report: nvidia_smi.GpuReport, name: str, what: str) -> Check:
+    """A reading the input does not carry: a skip naming what is missing, never a failure."""
+    return not_in_capture(name, f"{FORM_NAMES.get(report.source, report.source)} has no {what}")
+
+
 def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
+    """The GPU listing against the profile. Every reading is optional: where the input lacks one
+    (a CSV without the column, -L, a paste cut short) that check is "not in this capture"."""
     want = profile.hardware.gpu
     gpus = report.gpus
     if report.source == "version":  # `nvidia-smi --version` names versions, no GPUs
@@ -67,19 +79,29 @@ def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
         checks.append(failed("gpu model", f"no GPU was read from nvidia-smi's {report.source} output"))
         return checks + _versions(profile, report) + _idle(profile, report)
 
-    def is_model(name: str) -> bool:  # the plain table cuts long names: "NVIDIA GeForce RTX 4080 ..."
-        if name.endswith("..."):
-            cut = name[:-3].strip()
-            return want.model.lower().startswith(cut.replace("NVIDIA ", "").replace("GeForce ", "").lower()) \
-                or cut.lower() in f"nvidia {want.model}".lower() or cut.lower() in f"nvidia geforce {want.model}".lower()
-        return want.model.lower() in name.lower()
+    def is_model(name: str) -> bool:
+        model = want.model.lower()
+        if not name.endswith("..."):
+            return model in name.lower()
+        # The plain table cuts long names: "NVIDIA GeForce RTX 4080 ...", "NVIDIA RTX PRO 6000 Blac...":
+        # the model is in what is shown, or runs past the cut (a word of what is shown starts it).
+        shown = name[:-3].strip().lower()
+        words = [shown[i + 1:] for i, ch in enumerate(shown) if ch == " "]
+        return model in shown or any(len(rest) >= 4 and model.startswith(rest) for rest in [shown, *words])
 
-    wrong = sorted({g.name for g in gpus if not is_model(g.name)})
-    checks.append(failed("gpu model", f"{', '.join(wrong)} is not a {want.model}") if wrong
-                  else passed("gpu model", f"every GPU is a {want.model}"))
+    named = [g for g in gpus if g.name]
+    wrong = sorted({g.name for g in named if not is_model(g.name)})
+    if not named:
+        checks.append(_lacks(report, "gpu model", "GPU name"))
+    else:
+        checks.append(failed("gpu model", f"{', '.join(wrong)} is not a {want.model}") if wrong
+                      else passed("gpu model", f"every GPU is a {want.model}"
+                                  + (f" ({len(named)} of {len(gpus)} named)" if len(named) < len(gpus) else "")))
     sizes = [g.memory_mib for g in gpus if g.memory_mib is not None]
-    limits = skus.thresholds(profile, gpus[0].name)
-    if limits.memory_mib_min and sizes:
+    limits = skus.thresholds(profile, named[0].name if named else "")
+    if limits.memory_mib_min and not sizes:
+        checks.append(_lacks(report, "gpu memory", "memory size"))
+    elif limits.memory_mib_min:
         small = [s for s in sizes if s < limits.memory_mib_min]
         checks.append(failed("gpu memory", f"{len(small)} GPU(s) have {min(small)} MiB, under {limits.memory_mib_min} MiB "
                                            f"({limits.memory_from})")
@@ -87,30 +109,43 @@ def judge_gpus(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
                                                          f"{limits.memory_from})"))
     checks += _versions(profile, report)
     persistence = [g.persistence for g in gpus if g.persistence is not None]
-    if profile.verify.require_persistence_mode and persistence:
+    if profile.verify.require_persistence_mode and not persistence:
+        checks.append(_lacks(report, "persistence mode", "persistence mode"))
+    elif profile.verify.require_persistence_mode:
         off = persistence.count(False)
         checks.append(failed("persistence mode", f"off on {off} GPU(s): enable nvidia-persistenced") if off
-                      else passed("persistence mode", "on for every GPU"))
-    if profile.verify.require_ecc is not None and gpus and report.source in ("csv", "xml", "table", "q"):
-        # These forms carry ECC state; N/A there means the GPU has no ECC (GeForce cards).
-        on = [g.ecc for g in gpus].count(True)
+                      else passed("persistence mode", f"on for every GPU{_of(persistence, gpus)}"))
+    ecc = [g.ecc for g in gpus if g.ecc is not None]  # N/A (no ECC: GeForce cards) reads as off
+    if profile.verify.require_ecc is not None and not ecc:
+        checks.append(_lacks(report, "ecc", "ECC mode"))
+    elif profile.verify.require_ecc is not None:
+        on = ecc.count(True)
         if profile.verify.require_ecc:
-            checks.append(passed("ecc", f"on for all {len(gpus)} GPU(s)") if on == len(gpus)
-                          else failed("ecc", f"on for {on} of {len(gpus)} GPU(s): nvidia-smi -e 1, then reboot"))
+            checks.append(passed("ecc", f"on for all {len(ecc)} GPU(s){_of(ecc, gpus)}") if on == len(ecc)
+                          else failed("ecc", f"on for {on} of {len(ecc)} GPU(s): nvidia-smi -e 1, then reboot"))
         else:
-            checks.append(passed("ecc", f"on for {on} of {len(gpus)} GPU(s); the profile does not require it"))
+            checks.append(passed("ecc", f"on for {on} of {len(ecc)} GPU(s); the profile does not require it"))
     mig = [g.mig for g in gpus if g.mig is not None]
-    if mig:
+    state = "on" if want.mig else "off"
+    if not mig:
+        checks.append(_lacks(report, "mig", "MIG mode"))
+    else:
         wrong_mig = [m for m in mig if m != want.mig]
-        state = "on" if want.mig else "off"
         checks.append(failed("mig", f"MIG mode differs from the profile ({state}) on {len(wrong_mig)} GPU(s)"
                              + (f"; {report.mig_devices} MIG device(s)" if report.mig_devices else ""))
-                      if wrong_mig else passed("mig", f"MIG mode {state} on every GPU"))
+                      if wrong_mig else passed("mig", f"MIG mode {state} on every GPU{_of(mig, gpus)}"))
     return checks + _idle(profile, report)
 
 
+def _of(read: list, gpus: list) -> str:
+    """" (read on 2 of 4)" when a capture carries a reading for only some of its GPUs."""
+    return f" (read on {len(read)} of {len(gpus)})" if len(read) < len(gpus) else ""
+
+
 def _idle(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
-    if profile.verify.require_idle_gpus and report.processes is not None:
+    if profile.verify.require_idle_gpus and report.processes is None:
+        return [_lacks(report, "idle", "process list")]
+    if profile.verify.require_idle_gpus:
         return [failed("idle", f"{report.processes} compute process(es) hold the GPUs") if report.processes
                 else passed("idle", "no compute processes on the GPUs")]
     return []
@@ -121,8 +156,8 @@ def _versions(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
     if report.driver:
         checks.append(passed("driver version", f"{report.driver} loaded") if report.driver == profile.driver.version
                       else failed("driver version", f"loaded {report.driver}, profile pins {profile.driver.version}"))
-    elif profile.expects_gpu and report.source in ("table", "q", "xml"):  # these forms always carry it
-        checks.append(failed("driver version", f"nvidia-smi's {report.source} output names no driver version"))
+    elif profile.expects_gpu:  # nvidia-smi always prints it; a paste cut above the header does not
+        checks.append(_lacks(report, "driver version", "driver version"))
     toolkit = profile.cuda.default if profile.cuda.enabled else None
     if report.cuda and toolkit:
         ok = compat.version(report.cuda) >= compat.version(toolkit)
@@ -134,6 +169,8 @@ def _versions(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
                                             "user-space packages (provision up)"))
     elif report.cuda:
         checks.append(skipped("driver cuda", f"the driver supports CUDA {report.cuda}; the profile installs no toolkit"))
+    elif toolkit and profile.expects_gpu:
+        checks.append(_lacks(report, "driver cuda", "CUDA version"))
     return checks
 
 
@@ -174,17 +211,23 @@ def judge_health(profile: Profile, report: nvidia_smi.GpuReport) -> list[Check]:
     """ECC errors, retired pages / row remapping, PCIe link under load, throttling, the GPU fabric."""
     gpus = [(i, g, g.health) for i, g in enumerate(report.gpus) if g.health is not None]
     if not gpus:
-        return [skipped("gpu health", "no GPU health readings (needs nvidia-smi -q -x with at least one GPU)")]
+        if report.gpus and all(g.ecc is False for g in report.gpus) and report.source == "table":
+            return [skipped("ecc errors", "no ECC counters on these GPUs (ECC off or not supported)")]
+        return [_lacks(report, "gpu health", "health readings (ECC counters, remapped rows, PCIe link, clocks)")]
     limits = skus.thresholds(profile, gpus[0][1].name)
-    return [*_ecc(gpus, limits), *_memory_repair(gpus, limits), *_pcie_link(gpus), *_clocks(gpus),
-            *_gpu_fabric(profile, gpus)]
+    if report.source == "table":  # the table's one health reading: Volatile Uncorr. ECC
+        return _ecc(report, gpus, limits)
+    return [*_ecc(report, gpus, limits), *_memory_repair(gpus, limits), *_pcie_link(gpus), *_clocks(gpus),
+            *_gpu_fabric(profile, report, gpus)]
 
 
-def _ecc(gpus, limits) -> list[Check]:
+def _ecc(report, gpus, limits) -> list[Check]:
     """ECC counters since the driver loaded."""
     counted = [(i, g, h) for i, g, h in gpus if h.ecc_uncorrectable is not None or h.ecc_correctable is not None]
-    if not counted:
+    if not counted and all(g.ecc is False for _, g, _ in gpus):
         return [skipped("ecc errors", "no ECC counters on these GPUs (ECC off or not supported)")]
+    if not counted:
+        return [_lacks(report, "ecc errors", "ECC error counters")]
     bad = [f"{_gpu_label(i, g)}: {h.ecc_uncorrectable} uncorrectable" for i, g, h in counted
            if (h.ecc_uncorrectable or 0) > limits.ecc_uncorrectable_max]
     if limits.ecc_correctable_max is not None:
@@ -226,7 +269,8 @@ def _memory_repair(gpus, limits) -> list[Check]:
             checks.append(passed("retired pages", f"at most {max(total.values())} retired page(s) per GPU (limit "
                                                   f"{limits.retired_pages_max}), none pending"))
     if not remap and not retire:
-        checks.append(skipped("memory repair", "no row-remap or page-retirement readings on these GPUs"))
+        checks.append(not_in_capture("memory repair", "no row-remap or page-retirement reading (N/A on GPUs "
+                                                      "without them, and in MIG mode)"))
     return checks
 
 
@@ -235,7 +279,7 @@ def _pcie_link(gpus) -> list[Check]:
     links = [(i, g, h) for i, g, h in gpus if h.pcie_width and h.pcie_width_max]
     loaded = [(i, g, h) for i, g, h in links if (h.utilization or 0) >= UNDER_LOAD_PERCENT]
     if not links:
-        return [skipped("pcie link", "no PCIe link readings")]
+        return [not_in_capture("pcie link", "no PCIe link width reading")]
     if not loaded:
         return [skipped("pcie link", f"judged only under load (>= {UNDER_LOAD_PERCENT}% utilization): the link "
                                      "slows down at idle by design")]
@@ -250,6 +294,9 @@ def _pcie_link(gpus) -> list[Check]:
 
 def _clocks(gpus) -> list[Check]:
     """Throttling: hardware or thermal slowdowns, not the GPU doing what it was told."""
+    gpus = [(i, g, h) for i, g, h in gpus if h.clock_reasons is not None]
+    if not gpus:
+        return [not_in_capture("clocks", "no clocks event (throttle) reasons")]
     throttled = [f"{_gpu_label(i, g)}: {', '.join(BAD_CLOCK_REASONS[r] for r in h.clock_reasons if r in BAD_CLOCK_REASONS)}"
                  for i, g, h in gpus if set(h.clock_reasons) & set(BAD_CLOCK_REASONS)]
     benign = sorted({r for _, _, h in gpus for r in h.clock_reasons} - set(BAD_CLOCK_REASONS))
@@ -258,7 +305,7 @@ def _clocks(gpus) -> list[Check]:
                                      + (f" (benign reasons active: {', '.join(benign)})" if benign else ""))]
 
 
-def _gpu_fabric(profile: Profile, gpus) -> list[Check]:
+def _gpu_fabric(profile: Profile, report, gpus) -> list[Check]:
     """The GPU fabric (NVSwitch systems, Blackwell)."""
     fabric = [(i, g, h) for i, g, h in gpus if h.fabric_state]
     if fabric:
@@ -268,6 +315,9 @@ def _gpu_fabric(profile: Profile, gpus) -> list[Check]:
         return [failed("gpu fabric", f"not joined to the NVLink fabric: {'; '.join(bad_fabric)}: check "
                                      "nvidia-fabricmanager (or the NVLink switch tray)") if bad_fabric
                 else passed("gpu fabric", f"fabric state Completed on all {len(fabric)} GPU(s)")]
+    if profile.hardware.interconnect == "nvswitch" and report.source == "csv" and not any(
+            h.fabric_state for _, _, h in gpus):
+        return [not_in_capture("gpu fabric", "no fabric.state column (or N/A: before R550, or no NVSwitch)")]
     if profile.hardware.interconnect == "nvswitch":
         return [skipped("gpu fabric", "the driver reports no GPU fabric state (before R550, or no NVSwitch)")]
     return []
@@ -286,15 +336,19 @@ def judge_xid(profile: Profile, events: list[kernel_log.XidEvent], report: nvidi
             gpus[gpu.bus_id.lower()[-12:-2]] = f"GPU {index}"
     found = []
     worst = "informational"
-    order = ["informational", "inspect_application", "reset_gpu", "reboot", "rma"]
+    order = ["informational", "inspect_application", "reset_gpu", "drain_and_reset", "reboot", "rma"]
     for event in events:
         entry = catalog["xids"].get(event.xid)
         if event.recovery_action:  # Xid 154: the driver says what it needs
             text = event.recovery_action.lower()
-            action = "reboot" if "reboot" in text else "reset_gpu" if "reset" in text else (
-                "informational" if "none" in text else "rma" if "drain" in text else "reset_gpu")
+            action = "reboot" if "reboot" in text else "drain_and_reset" if "drain and reset" in text else (
+                "reset_gpu" if "reset" in text else "informational" if "none" in text else
+                "rma" if "drain" in text else "reset_gpu")
         elif entry:
-            action = catalog["buckets"].get(entry["immediate"], "rma")
+            # "Not Solo": another Xid on the same GPU changes the bucket (Xid 48 with 63/64: drain and reset)
+            beside = [bucket for xid, bucket in (entry.get("with") or {}).items()
+                      if any(e.xid == int(xid) and e.pci == event.pci for e in events)]
+            action = catalog["buckets"].get(beside[0] if beside else entry["immediate"], "rma")
             if entry.get("investigatory") == "CONTACT_SUPPORT" and action == "reset_gpu" and \
                     sum(e.xid == event.xid and e.pci == event.pci for e in events) > 1:
                 action = "rma"  # repeated on the same GPU: what the investigatory bucket says
@@ -304,7 +358,8 @@ def judge_xid(profile: Profile, events: list[kernel_log.XidEvent], report: nvidi
         gpu = gpus.get(event.pci[-10:], f"GPU at PCI {event.pci}")
         name = entry["description"] if entry else "not in our catalog transcription"
         found.append(f"Xid {event.xid} ({name}) on {gpu}" + (f" at {event.when}" if event.when else "")
-                     + f": {catalog['actions'][action]}")
+                     + f": {catalog['actions'][action]}"
+                     + (f" ({entry['note']})" if entry and entry.get("note") else ""))
     detail = f"{len(events)} Xid event(s) since boot: " + "; ".join(found[:8]) + (
         f"; ... {len(found) - 8} more" if len(found) > 8 else "")
     return [(passed if worst == "informational" else failed)("xid events", detail[:1200])]

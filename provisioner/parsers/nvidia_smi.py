@@ -44,7 +44,7 @@ class Health:
     pcie_gen: int | None = None
     pcie_gen_max: int | None = None
     utilization: int | None = None  # percent
-    clock_reasons: tuple[str, ...] = ()  # the active clocks-event (throttle) reasons, short names
+    clock_reasons: tuple[str, ...] | None = None  # the active clocks-event (throttle) reasons, short names
     fabric_state: str | None = None  # NVSwitch / Blackwell: "Completed" when the GPU joined the fabric
     fabric_status: str | None = None
     architecture: str | None = None
@@ -53,6 +53,9 @@ class Health:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as a capture shows it. None: the capture does not carry that reading (a CSV without
+    the column, -L, a cut paste); a reading nvidia-smi prints as N/A is a value (ECC/MIG N/A: the
+    GPU has none, so it is not on)."""
     name: str
     memory_mib: int | None = None
     persistence: bool | None = None
@@ -133,10 +136,63 @@ def _flag(text: str | None) -> bool | None:
     return {"enabled": True, "on": True, "disabled": False, "off": False}.get(value)
 
 
+_NOT_SUPPORTED = {"n/a", "[n/a]", "not supported", "[not supported]"}
+
+
+def _mode(text: str | None) -> bool | None:
+    """ECC or MIG mode: Enabled/Disabled, and N/A (a GPU without the feature: not on); None only
+    when the capture has no such reading."""
+    if text is not None and text.strip().lower() in _NOT_SUPPORTED:
+        return False
+    return _flag(text)
+
+
+def _count(text: str | None) -> int | None:
+    """A counter cell: "0", "2"; None for N/A, [N/A], ERR! and absent cells."""
+    value = (text or "").strip()
+    return int(value) if re.fullmatch(r"\d+", value) else None
+
+
 # --- GPU listings ----------------------------------------------------------------------
 
 CSV_COLUMNS = {"name", "memory.total", "driver_version", "persistence_mode", "ecc.mode.current", "pci.bus_id",
                "mig.mode.current", "index", "uuid", "gpu_name"}
+
+
+def _csv_health(c: dict[str, str]) -> Health | None:
+    """What the exporter-style --query-gpu columns say about health (None: no such column at all)."""
+    if not any(k.startswith(("ecc.errors.", "retired_pages.", "remapped_rows.", "pcie.link.", "clocks_event_reasons.",
+                             "clocks_throttle_reasons.", "fabric.")) for k in c):
+        return None
+
+    def total(*keys: str) -> int | None:
+        found = [v for v in (_count(c.get(k)) for k in keys) if v is not None]
+        return sum(found) if found else None
+
+    reasons = {k.split(".", 1)[1]: v for k, v in c.items()
+               if k.startswith(("clocks_event_reasons.", "clocks_throttle_reasons."))
+               and k.split(".", 1)[1] not in ("supported", "active")}
+    return Health(
+        ecc_uncorrectable=total("ecc.errors.uncorrected.volatile.total"),
+        ecc_correctable=total("ecc.errors.corrected.volatile.total"),
+        ecc_uncorrectable_aggregate=total("ecc.errors.uncorrected.aggregate.total"),
+        retired_sbe=_count(c.get("retired_pages.single_bit_ecc.count")),
+        retired_dbe=_count(c.get("retired_pages.double_bit.count")),
+        retired_pending=_yes(c.get("retired_pages.pending")),
+        remap_pending=_yes(c.get("remapped_rows.pending")), remap_failure=_yes(c.get("remapped_rows.failure")),
+        remap_uncorrectable=_count(c.get("remapped_rows.uncorrectable")),
+        pcie_width=_count(c.get("pcie.link.width.current")), pcie_width_max=_count(c.get("pcie.link.width.max")),
+        pcie_gen=_count(c.get("pcie.link.gen.gpucurrent") or c.get("pcie.link.gen.current")),
+        pcie_gen_max=_count(c.get("pcie.link.gen.gpumax") or c.get("pcie.link.gen.max")),
+        utilization=_int(c.get("utilization.gpu")),
+        clock_reasons=tuple(sorted(r for r, v in reasons.items() if v == "Active")) if reasons else None,
+        fabric_state=_x_value(c.get("fabric.state")), fabric_status=_x_value(c.get("fabric.status")),
+        recovery_action=_x_value(c.get("gpu_recovery_action")))
+
+
+def _x_value(text: str | None) -> str | None:
+    value = (text or "").strip()
+    return None if not value or value.lower() in _NOT_SUPPORTED else value
 
 
 def read_csv(text: str) -> GpuReport:
@@ -149,9 +205,11 @@ def read_csv(text: str) -> GpuReport:
     errors = tuple(f"GPU {i}: {k} is {v}" for i, c in enumerate(cells) for k, v in c.items()
                    if v in ("ERR!", "[Unknown Error]", "[GPU is lost]"))
     gpus = [Gpu(name=c.get("name") or c.get("gpu_name", ""), memory_mib=_int(c.get("memory.total")),
-                persistence=_flag(c.get("persistence_mode")), ecc=_flag(c.get("ecc.mode.current")),
-                mig=_flag(c.get("mig.mode.current")), bus_id=c.get("pci.bus_id")) for c in cells]
-    driver = cells[0].get("driver_version") if cells else None
+                persistence=_flag(c.get("persistence_mode")), ecc=_mode(c.get("ecc.mode.current")),
+                mig=_mode(c.get("mig.mode.current")), bus_id=c.get("pci.bus_id"), health=_csv_health(c))
+            for c in cells]
+    # R610 adds kmd_version (driver_version is deprecated there, still printed)
+    driver = _version(cells[0].get("kmd_version") or cells[0].get("driver_version"))[0] if cells else None
     return GpuReport("csv", gpus, driver=driver, errors=errors)
 
 
@@ -195,8 +253,8 @@ def _health(gpu: ET.Element) -> Health:
     reasons = gpu.find("clocks_event_reasons")
     if reasons is None:
         reasons = gpu.find("clocks_throttle_reasons")
-    active = tuple(sorted(
-        re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag) for child in (reasons if reasons is not None else [])
+    active = None if reasons is None else tuple(sorted(
+        re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag) for child in reasons
         if (child.text or "").strip() == "Active"))
     link = gpu.find("pci/pci_gpu_link_info")
     retired = gpu.find("retired_pages")
@@ -233,8 +291,8 @@ def read_xml(text: str) -> GpuReport:
             name=(gpu.findtext("product_name") or "").strip(),
             memory_mib=_int(gpu.findtext("fb_memory_usage/total")),
             persistence=_flag(gpu.findtext("persistence_mode")),
-            ecc=_flag(gpu.findtext("ecc_mode/current_ecc")),
-            mig=_flag(gpu.findtext("mig_mode/current_mig")),
+            ecc=_mode(gpu.findtext("ecc_mode/current_ecc")),
+            mig=_mode(gpu.findtext("mig_mode/current_mig")),
             bus_id=gpu.get("id"),
             health=_health(gpu),
         ))
@@ -252,6 +310,11 @@ _TABLE_GPU = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off|ERR!)\s+\|\s+([0-9A-Fa-f
 _TABLE_MEM = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
 _TABLE_PROC = re.compile(r"^\|\s+\d+\s+(?:\S+\s+\S+\s+)?\d+\s+[CG+]{1,3}\s+")
 _TABLE_MIG = re.compile(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|")  # GPU GI CI MIG-Dev
+
+
+def is_table(text: str) -> bool:
+    """A plain nvidia-smi table, also a paste cut to a few GPU rows (no NVIDIA-SMI header line)."""
+    return any(_TABLE_GPU.match(line) for line in text.splitlines())
 
 
 def read_table(text: str) -> GpuReport:
@@ -282,14 +345,18 @@ def read_table(text: str) -> GpuReport:
                           + " / ".join(" ".join(b.split()) for b in block))
         memory = _TABLE_MEM.search(lines[i + 1]) if i + 1 < len(lines) else None
         mig_cell = lines[i + 2].rstrip(" |").split()[-1] if i + 2 < len(lines) and lines[i + 2].startswith("|") else ""
+        # "Volatile Uncorr. ECC": a count when ECC is on ("On" in MIG mode, where the counts are per
+        # MIG device), N/A (or Off) when it is not, ERR! when the GPU did not answer.
         ecc_cell = match.group(5)
+        errors_since_load = _count(ecc_cell)
         gpus.append(Gpu(
             name=match.group(2).strip(),
             memory_mib=int(memory.group(2)) if memory else None,
             persistence={"On": True, "Off": False}.get(match.group(3)),
-            ecc=None if ecc_cell in ("N/A", "ERR!") else True,  # a count of errors means ECC is on
-            mig=_flag(mig_cell),
+            ecc=True if errors_since_load is not None or ecc_cell == "On" else None if ecc_cell == "ERR!" else False,
+            mig=_mode(mig_cell) if mig_cell else None,
             bus_id=match.group(4),
+            health=Health(ecc_uncorrectable=errors_since_load) if errors_since_load is not None else None,
         ))
     if not gpus and not head:
         raise Unreadable("nvidia-smi table reader", text, "no header with the driver version and no GPU row")
@@ -299,23 +366,109 @@ def read_table(text: str) -> GpuReport:
                      mig_devices=mig_devices, errors=tuple(errors))
 
 
-def read_q(text: str) -> GpuReport:
-    """`nvidia-smi -q` (text)."""
-    top = dict(re.findall(r"^(Driver Version|KMD Version|CUDA Version|CUDA UMD Version)\s*:\s*(.+?)\s*$", text, re.M))
-    gpus = []
-    for block in re.split(r"^GPU [0-9A-Fa-f:.]+$", text, flags=re.M)[1:]:
-        def value(label: str, scope: str = block) -> str | None:
-            match = re.search(rf"^\s*{label}\s*:\s*(.+)$", scope, re.M)
-            return match.group(1).strip() if match else None
+_Q_LINE = re.compile(r"^( *)(\S.*?)(?:\s+:\s?(.*?))?\s*$")
+Q_GPU_LINE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", re.M)
 
-        memory = re.search(r"FB Memory Usage\s*\n\s*Total\s*:\s*(\d+)", block)
-        mig = re.search(r"MIG Mode\s*\n\s*Current\s*:\s*(\S+)", block)
-        ecc = re.search(r"ECC Mode\s*\n\s*Current\s*:\s*(\S+)", block)
-        gpus.append(Gpu(name=value("Product Name") or "", memory_mib=int(memory.group(1)) if memory else None,
-                        persistence=_flag(value("Persistence Mode")), ecc=_flag(ecc.group(1)) if ecc else None,
-                        mig=_flag(mig.group(1)) if mig else None))
-    driver = _version(top.get("KMD Version") or top.get("Driver Version"))[0]
-    cuda, note = _version(top.get("CUDA UMD Version") or top.get("CUDA Version"))
+
+@dataclass
+class _QNode:
+    value: str | None = None
+    children: dict[str, _QNode] = field(default_factory=dict)
+
+    def get(self, *path: str) -> str | None:
+        node = self
+        for label in path:
+            node = node.children.get(label)
+            if node is None:
+                return None
+        return _x_value(node.value)
+
+    def walk(self):
+        for label, child in self.children.items():
+            yield label, child
+            yield from child.walk()
+
+
+def _q_tree(block: str) -> _QNode:
+    """One GPU's `nvidia-smi -q` section as a tree of its indented "Label : value" lines."""
+    root = _QNode()
+    stack: list[tuple[int, _QNode]] = [(-1, root)]
+    for line in block.splitlines():
+        match = _Q_LINE.match(line)
+        if not match or not line.strip():
+            continue
+        indent = len(match.group(1))
+        while stack[-1][0] >= indent:
+            stack.pop()
+        node = _QNode(match.group(3))
+        stack[-1][1].children.setdefault(match.group(2), node)
+        stack.append((indent, node))
+    return root
+
+
+def _q_counts(section: _QNode | None, uncorrectable: bool) -> int | None:
+    """ECC counters of one -q section (Volatile / Aggregate): DRAM/SRAM lines (Ampere and later)
+    or the Single Bit / Double Bit totals (before)."""
+    if section is None:
+        return None
+    found = []
+    for label, child in section.children.items():
+        if label in ("Single Bit", "Double Bit") and (label == "Double Bit") == uncorrectable:
+            found.append(_count(child.get("Total") if child.children else child.value))
+        elif ("Uncorrectable" in label) == uncorrectable and "orrectable" in label:
+            found.append(_count(child.value))
+    found = [f for f in found if f is not None]
+    return sum(found) if found else None
+
+
+def _q_health(gpu: _QNode) -> Health | None:
+    sections = ("ECC Errors", "Retired Pages", "Remapped Rows", "PCI", "Clocks Event Reasons",
+                "Clocks Throttle Reasons", "Fabric", "Utilization")
+    if not any(name in gpu.children for name in sections):
+        return None
+    ecc = gpu.children.get("ECC Errors")
+    link = gpu.children.get("PCI", _QNode()).children.get("GPU Link Info", _QNode())
+    reasons = gpu.children.get("Clocks Event Reasons") or gpu.children.get("Clocks Throttle Reasons")
+    clock_reasons = None if reasons is None else tuple(sorted(
+        "gpu_idle" if label == "Idle" else label.lower().replace(" ", "_")
+        for label, node in reasons.walk() if (node.value or "").strip() == "Active"))
+    return Health(
+        ecc_uncorrectable=_q_counts(ecc and ecc.children.get("Volatile"), True),
+        ecc_correctable=_q_counts(ecc and ecc.children.get("Volatile"), False),
+        ecc_uncorrectable_aggregate=_q_counts(ecc and ecc.children.get("Aggregate"), True),
+        retired_sbe=_count(gpu.get("Retired Pages", "Single Bit ECC")),
+        retired_dbe=_count(gpu.get("Retired Pages", "Double Bit ECC")),
+        retired_pending=_yes(gpu.get("Retired Pages", "Pending Page Blacklist")
+                             or gpu.get("Retired Pages", "Pending Page Retirement")),
+        remap_pending=_yes(gpu.get("Remapped Rows", "Pending")),
+        remap_failure=_yes(gpu.get("Remapped Rows", "Remapping Failure Occurred")),
+        remap_uncorrectable=_count(gpu.get("Remapped Rows", "Uncorrectable Error")),
+        pcie_width=_int(link.get("Link Width", "Current")), pcie_width_max=_int(link.get("Link Width", "Max")),
+        pcie_gen=_int(link.get("PCIe Generation", "Device Current") or link.get("PCIe Generation", "Current")),
+        pcie_gen_max=_int(link.get("PCIe Generation", "Device Max") or link.get("PCIe Generation", "Max")),
+        utilization=_int(gpu.get("Utilization", "GPU")), clock_reasons=clock_reasons,
+        fabric_state=gpu.get("Fabric", "State"), fabric_status=gpu.get("Fabric", "Status"),
+        architecture=gpu.get("Product Architecture"), recovery_action=gpu.get("GPU Recovery Action"))
+
+
+def read_q(text: str) -> GpuReport:
+    """`nvidia-smi -q` (text), whole or with -d (ECC, ROW_REMAPPER, ...), with or without its
+    NVSMI LOG header; a paste cut to one GPU's section too."""
+    top = dict(re.findall(r"^(Driver Version|KMD Version|CUDA Version|CUDA UMD Version)\s*:\s*(.+?)\s*$", text, re.M))
+    parts = Q_GPU_LINE.split(text)
+    gpus = []
+    for bus_id, block in zip(parts[1::2], parts[2::2]):
+        gpu = _q_tree(block)
+        gpus.append(Gpu(name=gpu.get("Product Name") or "", memory_mib=_int(gpu.get("FB Memory Usage", "Total")),
+                        persistence=_flag(gpu.get("Persistence Mode")),
+                        ecc=_mode(gpu.children["ECC Mode"].children.get("Current", _QNode()).value)
+                        if "ECC Mode" in gpu.children else None,
+                        mig=_mode(gpu.children["MIG Mode"].children.get("Current", _QNode()).value)
+                        if "MIG Mode" in gpu.children else None,
+                        bus_id=bus_id, health=_q_health(gpu)))
+    # R610: "Driver Version : 610.57.04 [Deprecated; ...]", and KMD Version / CUDA UMD Version
+    driver = _version(top.get("KMD Version") or (top.get("Driver Version") or "").split(" [")[0] or None)[0]
+    cuda, note = _version(top.get("CUDA UMD Version") or (top.get("CUDA Version") or "").split(" [")[0] or None)
     return GpuReport("q", gpus, driver=driver, cuda=cuda, cuda_note=note)
 
 
@@ -346,9 +499,9 @@ def read(text: str) -> GpuReport:
         return read_version(text)
     if re.search(r"^GPU \d+: .+\(UUID:", text, re.M):
         return read_list(text)
-    if "Attached GPUs" in text:
+    if "Attached GPUs" in text or Q_GPU_LINE.search(text):
         return read_q(text)
-    if _TABLE_HEAD.search(text) or re.search(r"^\|\s*NVIDIA-SMI \S+", text, re.M):
+    if _TABLE_HEAD.search(text) or re.search(r"^\|\s*NVIDIA-SMI \S+", text, re.M) or is_table(text):
         return read_table(text)
     if classify(text):
         raise Unreadable("nvidia-smi listing reader", text, f"this is an error message: {classify(text).cause}")
@@ -366,22 +519,38 @@ class Topology:
         return sum(1 for kind in self.links.values() if kind.startswith("NV"))
 
 
+# A cell of the GPU-by-GPU matrix: X (self), NV<n>, SYS, NODE, PHB, PXB, PIX, and older/rarer kinds.
+_TOPO_CELL = re.compile(r"X|NV\d+|SYS|NODE|PHB|PXB|PIX|PSB|SOC|CNS|TNS|NS|OK|U")
+
+
+def _topo_header(cells: list[str]) -> bool:
+    """GPU0 followed by a column name (GPU1, NIC0, mlx5_0, CPU ...), not a matrix cell."""
+    return len(cells) >= 2 and cells[0] == "GPU0" and not _TOPO_CELL.fullmatch(cells[1])
+
+
 def read_topo(text: str) -> Topology:
-    """`nvidia-smi topo -m`: how every pair of GPUs is connected."""
+    """`nvidia-smi topo -m`: how every pair of GPUs is connected.
+
+    nvidia-smi separates the columns with tabs; a paste from a terminal or a web page often has
+    runs of spaces instead, and loses the header's leading tab. The GPU columns come first, in
+    order, and no GPU cell holds a space, so the matrix is read by position from whitespace-split
+    rows (the columns after them, CPU Affinity "0-63,128-191", NUMA Affinity, GPU NUMA ID, may be
+    empty or hold spaces and are not read)."""
     # The header is underlined with ANSI escapes; text copied from web pages keeps "[4m" without the ESC.
-    clean = re.sub(r"\x1b?\[[0-9;]*m", "", text)
-    rows = [line.split("\t") for line in clean.splitlines() if re.match(r"^GPU\d+\t", line)]
-    header = next((line.split("\t") for line in clean.splitlines() if line.startswith("\tGPU0")), [])
-    columns = [c.strip() for c in header]
-    gpu_columns = [i for i, c in enumerate(columns) if re.fullmatch(r"GPU\d+", c)]
+    lines = [re.sub(r"\x1b?\[[0-9;]*m", "", line).split() for line in text.splitlines()]
+    header = next((cells for cells in lines if _topo_header(cells)), [])
+    gpu_columns = []
+    for name in header:
+        if not re.fullmatch(r"GPU\d+", name):
+            break
+        gpu_columns.append(int(name[3:]))
+    rows = [cells for cells in lines if cells and re.fullmatch(r"GPU\d+", cells[0]) and not _topo_header(cells)]
     links = {}
     for row in rows:
         a = int(row[0][3:])
-        for col in gpu_columns:
-            if col < len(row):
-                b = int(columns[col][3:])
-                if a < b:
-                    links[(a, b)] = row[col].strip()
+        for position, b in enumerate(gpu_columns, start=1):
+            if position < len(row) and a < b:
+                links[(a, b)] = row[position]
     return Topology(len(rows), links)
 
 

@@ -326,9 +326,14 @@ def pytorch(p: Profile) -> Iterator[Problem]:
         major = str(_index_cuda(index)[0])
         floor = matrix()["cuda"]["major_min_driver"][major]
         if version(p.driver.version) < version(floor):
+            # Only indexes whose CUDA major this driver runs: never the one refused, nor another of its major.
+            runs = [ix for ix in release["indexes"]
+                    if version(p.driver.version) >= version(matrix()["cuda"]["major_min_driver"][str(_index_cuda(ix)[0])])]
             yield Problem("torch-index-driver", "python_env.torch.index",
                           f"{index} wheels need driver >= {floor} (CUDA {major}.x), the profile pins {p.driver.version}",
-                          f"raise driver.version, or use an older index of {', '.join(release['indexes'])}")
+                          f"raise driver.version to {floor} or newer"
+                          + (f", or use index {' or '.join(runs)} (its CUDA runs on {p.driver.version})" if runs else
+                             f" (PyTorch {series} publishes no index this driver runs: {', '.join(release['indexes'])})"))
 
 
 # --- GPU architectures in the wheels -------------------------------------------------
