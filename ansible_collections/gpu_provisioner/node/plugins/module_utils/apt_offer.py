@@ -69,7 +69,8 @@ def _one_line(path: str, text: str) -> list[dict]:
             for option in rest[1:end].split():
                 key, sep, value = option.partition("=")
                 if sep and not key.endswith(("+", "-")) and key.lower() in ONE_LINE_OPTIONS:
-                    options[ONE_LINE_OPTIONS[key.lower()]] = value.replace(",", " ")
+                    # arch=amd64,i386 is a list (deb822 separates with spaces); other values stay as written.
+                    options[ONE_LINE_OPTIONS[key.lower()]] = value.replace(",", " ") if key.lower() == "arch" else value
             rest = rest[end + 1:].strip()
         words = rest.split()
         if len(words) < 2:
@@ -157,7 +158,7 @@ def select(entries: list[dict], suites: list[str], components: list[str], compon
         if os.path.abspath(entry["file"]) in edited:
             comps += [c for c in components if c not in comps]
         if key not in merged:
-            merged[key] = dict(entry, uri=key[0], components=comps, files=[entry["file"]])
+            merged[key] = dict(entry, uri=key[0], components=comps, files=[entry["file"]], options=dict(entry["options"]))
             continue
         have = merged[key]
         have["components"] += [c for c in comps if c not in have["components"]]
@@ -320,13 +321,15 @@ def offer(packages: list[str], suites: list[str], components: list[str], compone
         return result
     folder = tempfile.mkdtemp(prefix="provisioner-apt-offer-", dir=tmp)
     try:
-        # apt fetches as its sandbox user (_apt) into lists/partial, which it makes its own.
-        os.chmod(folder, 0o755)
+        # apt fetches as its sandbox user (_apt) into lists/partial, which it makes its own: the
+        # folder lets it pass, not list; the sources (a URI may carry a password) stay root's.
+        os.chmod(folder, 0o711)
         for sub in ("lists/partial", "cache", "sources.list.d"):
             os.makedirs(os.path.join(folder, sub), mode=0o755)
         with open(os.path.join(folder, "apt.conf"), "w", encoding="utf-8") as handle:
             handle.write(PRIVATE_CONF)
-        with open(os.path.join(folder, "sources.sources"), "w", encoding="utf-8") as handle:
+        sources = os.open(os.path.join(folder, "sources.sources"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(sources, "w", encoding="utf-8") as handle:
             handle.write(private_sources(selected))
         opts = apt_options(folder, proxy)
         update = run(["apt-get", "-q", *opts, "update"], timeout)
