@@ -90,14 +90,19 @@ def test_the_survey_runs_the_long_probes_only_on_a_host_in_its_recorded_state(tm
     assert results["changed"]["gpu_probe"]["in_recorded_state"] is False
 
 
-def test_up_starts_with_the_survey_and_preflight_is_one_task():
+def test_up_starts_with_the_survey_and_preflight_is_one_task_plus_the_archive_for_distro_profiles():
     from provisioner.engine import commands
 
     assert commands.STEPS["up"][0] == "survey"
     for name, module in (("preflight", "gpu_provisioner.node.preflight_probe"), ("survey", None)):
         (only,) = yaml.safe_load((PLAYBOOKS / f"{name}.yml").read_text())
         assert only["gather_facts"] is False
+        tasks = [next(k for k in t if "." in k) for t in only["tasks"]]
         if module:
-            assert [next(k for k in t if "." in k) for t in only["tasks"]] == [module]
+            assert tasks == [module, "gpu_provisioner.node.apt_offer"]
         else:
             assert [r["role"] for r in only["roles"]] == ["gpu_provisioner.node.gpu_verify"]
+            assert tasks == ["gpu_provisioner.node.apt_offer"]
+        # The one more call (the host's archive asked, tests/test_apt_offer.py) only for a profile
+        # that takes packages from the distribution's archive: NVIDIA's repository is read by render.
+        assert only["tasks"][-1]["when"] == "provisioner_distro_packages | default({}) | length > 0"

@@ -19,6 +19,7 @@ from typing import Literal
 from provisioner.render import inventory as inventory_mod
 from provisioner import outputs
 from provisioner.errors import ProvisionError
+from provisioner.judge import distro as distro_mod
 from provisioner.judge import kernels as kernels_mod
 from provisioner.judge import preflight as preflight_mod
 from provisioner import profiles
@@ -98,6 +99,8 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
             kernels = (result.reported.get("provisioner_state") or {}).get("kernels")
             host.checks.extend(kernels_mod.judge_secure_boot(profile, kernels))
             host.checks.extend(kernels_mod.judge_modules(profile, kernels, before_up=command == "up"))
+            # What the host's own archive offers of the profile's distro packages (apt_offer).
+            host.checks.extend(distro_mod.judge(profile, result.reported.get("provisioner_apt_offer")))
         elif step == "site":
             host.checks.extend(_reboot_check(result.reported.get("provisioner_reboot")))
             host.changed_tasks.extend(result.changed_tasks)
@@ -277,6 +280,9 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
             _fold(report, step, run, target, command)
             if step in ("preflight", "survey") and command == "up" and not full:
                 in_sync = _skip_converged(report, run, target)
+                for host in report.hosts:  # not converged: the archive is not asked for anything
+                    if host.name in in_sync:
+                        host.checks = distro_mod.in_recorded_state(host.checks)
             if step == "survey":
                 surveyed = _fold_surveyed(report, run, target, in_sync)
             if run.status in ("canceled", "timeout"):

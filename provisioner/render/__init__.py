@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.profiles import compat, packages, skus
+from provisioner.profiles import compat, distro, packages, skus
 from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
@@ -35,6 +35,8 @@ PROFILE_FIELD: dict[str, str] = {
     "provisioner_profile_yaml": "(the profile itself)", "provisioner_package_index": "(the repository index the pins came from)",
     "provisioner_expects_gpu": "hardware.gpu.count", "provisioner_reboot_allowed": "reboot.allowed",
     "provisioner_reboot_timeout": "reboot.timeout_s", "common_extra_ca_certificates": "mirrors.ca_certificates",
+    "provisioner_distro_packages": "driver.version / cuda.toolkits (driver.source / cuda.source: distro)",
+    "provisioner_distro_archive": "os (driver.source / cuda.source: distro)",
     "common_apt_proxy": "mirrors.apt_proxy",
     "nvidia_driver_branch": "driver.branch", "nvidia_driver_version": "driver.version",
     "nvidia_driver_source": "driver.source", "nvidia_driver_kernel_modules": "driver.kernel_modules",
@@ -142,6 +144,10 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         # Which index the pins came from (URL, Release Date, Packages sha256): the state record keeps it.
         "provisioner_package_index": plan.index or {},
         "provisioner_expects_gpu": p.expects_gpu,
+        # What comes from the distribution's own archive ({package: upstream version}) and which
+        # archive that is: preflight and up's survey ask each host's archive (apt_offer) first.
+        "provisioner_distro_packages": distro.packages(p),
+        "provisioner_distro_archive": distro.archive(p),
         "provisioner_reboot_allowed": p.reboot.allowed,
         "provisioner_reboot_timeout": p.reboot.timeout_s,
         "common_extra_ca_certificates": m.ca_certificates,
