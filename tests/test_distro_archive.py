@@ -140,7 +140,7 @@ def test_an_unreadable_archive_or_a_missing_answer_fails_and_other_profiles_are_
     (only,) = judge.judge(p, {"error": "apt-get did not finish within 300 s", "sources": []})
     assert only.status == "fail" and "apt-get did not finish within 300 s" in only.detail
     (missing,) = judge.judge(p, None)
-    assert missing.status == "fail" and "apt_offer" in missing.detail
+    assert missing.status == "fail" and "provision preflight" in missing.detail
     assert judge.judge(profiles.load("h100-train").profile, None) == []
 
 

@@ -46,8 +46,9 @@ def judge(profile: Profile, offer: dict[str, Any] | None) -> list[Check]:
     if not want:
         return []
     if not offer:
-        return [failed(PREFIX, "the host did not report what its distribution archive offers (the play ran no "
-                               "apt_offer): re-render the inventory with this version of provision")]
+        return [failed(PREFIX, "the host did not report what its distribution archive offers (up's survey asks only "
+                               "a host that is not in its recorded state): run `provision preflight`, or `provision "
+                               "up --full`")]
     if offer.get("error"):
         return [failed(PREFIX, f"could not read what the host's distribution archive offers: {offer['error']}. "
                                f"Read: {_sources_read(offer)}. Fix: {FIX_SOURCES}, or the host's apt proxy "
