@@ -28,8 +28,11 @@ def test_h100_train_resolves_to_exact_repository_versions():
         "cuda_toolkit": {"cuda-toolkit-12-2": "12.2.2-1"},
         "cudnn": {"libcudnn8": "8.9.7.29-1+cuda12.2", "libcudnn8-dev": "8.9.7.29-1+cuda12.2"},
         "nccl": {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"},
-        # DCGM's -cudaNN follows the driver's CUDA (R580 -> 13), not the 12.2 toolkit.
-        "dcgm": {"datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda13": "1:4.5.2-1"},
+        # DCGM's -cudaNN follows the driver's CUDA (R580 -> 13), not the 12.2 toolkit; the
+        # proprietary pair carries the profiling module (DCGM_FI_PROF_*).
+        "dcgm": {"datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda13": "1:4.5.2-1",
+                 "datacenter-gpu-manager-4-proprietary": "1:4.5.2-1",
+                 "datacenter-gpu-manager-4-proprietary-cuda13": "1:4.5.2-1"},
         "dcgm_exporter": {"datacenter-gpu-manager-exporter": "4.6.0-1"},
     }
 
@@ -89,7 +92,8 @@ def test_naming_follows_the_branch():
 def test_a_naming_rule_may_only_name_known_numbers(tmp_path):
     data = (catalogue.CATALOGUE_DIR / "ubuntu2204.yml").read_text()
     bad = tmp_path / "bad.yml"
-    bad.write_text(data.replace('"nvidia-driver-{branch}-open"', '"nvidia-driver-{profile.name}"'))
+    assert "nvidia-driver-{branch}-open" in data
+    bad.write_text(data.replace("nvidia-driver-{branch}-open", "nvidia-driver-{profile.name}"))
     with pytest.raises(ProvisionError) as err:
         catalogue.load(path=bad)
     assert "only branch, cuda_major, cuda_minor, driver_cuda_major" in str(err.value)

@@ -82,6 +82,7 @@ _NAME_FIELD_RE = re.compile(r"\{([^}]*)\}")
 
 
 class Catalogue(_Strict):
+    snapshot: dict | None = None   # {date, method, packages_sha256}: what this snapshot is and when
     flavour: str
     path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
     url: str                 # the real repository, for reference
