@@ -24,7 +24,7 @@ def _unit(text: str) -> configparser.ConfigParser:
 def test_h100_runs_nvidias_packaged_exporter_under_a_hardened_unit_on_loopback():
     r = RoleRender("dcgm_exporter", profile_vars("h100-train"))
     assert r.var("dcgm_exporter_packaged") is True
-    assert r.var("dcgm_exporter_package_pins") == {"datacenter-gpu-manager-exporter": "4.6.0-1"}
+    assert r.var("dcgm_exporter_package_pins") == {"datacenter-gpu-manager-exporter": "4.8.1-1"}
     unit = _unit(r.template("dcgm-exporter.service.j2"))
     service = unit["Service"]
     assert service["ExecStart"] == (
