@@ -110,7 +110,7 @@ CASES = [
     ("torch-index-default", "h100-train", {"python_env": {"torch": {"version": "2.11.0", "index": "cu126"}}},
      {"python_env": {"torch": {"version": "2.11.0", "index": None}}}, "set python_env.torch.index to one of cu126"),
     ("driver-eol", "l40s-infer", {}, {"driver": {"branch": 535, "version": "535.129.03"}},
-     "move to R580 (long-term support, end of life 2028-08)"),
+     "move to R580 (long-term support, end of life 2028-06)"),
     ("driver-eol", "l40s-infer", {"driver": {"branch": 595, "version": "595.45.04"}},  # production until 2027-03
      {"driver": {"branch": 520, "version": "520.61.05"}}, "move to R580"),
     ("fabric-manager-no-nvswitch", "l40s-infer", {"fabric_manager": {"enabled": "auto"}},
@@ -149,6 +149,17 @@ CASES = [
      {"network": {"gpudirect_rdma": "nvidia-peermem"}, "os": "ubuntu-24.04"}, "install MLNX_OFED/DOCA-OFED"),
     ("gpudirect-none", "debian12-lab", {"hardware": {"infiniband": True}, "driver": {"kernel_modules": "open"}},
      {"hardware": {"infiniband": True}}, "set driver.kernel_modules: open"),
+    # --- issue 27 ---
+    # NVIDIA's dcgm-exporter tags pair each exporter with the DCGM it is built against (4.5.2-4.8.1).
+    ("dcgm-exporter-pair", "h100-train", {}, {"dcgm": {"exporter": {"version": "4.6.0-1"}}},
+     "use dcgm.exporter.version 4.8.1"),
+    # CUDA 13.3 exists; its minimum driver is not recorded, so the driver is not judged against it.
+    ("cuda-min-driver-unknown", "h200-train", {}, {"cuda": {"toolkits": ["13.3"]}}, "check CUDA 13.3's release notes"),
+    # Ubuntu 22.04's own archive now has R580 and R595 (packages.ubuntu.com jammy).
+    ("distro-driver", "debian12-lab",
+     {"os": "ubuntu-22.04", "driver": {"branch": 595, "version": "595.84"}, "cuda": {"toolkits": ["11.5"]}},
+     {"os": "ubuntu-22.04", "driver": {"branch": 590, "version": "590.48.01"}, "cuda": {"toolkits": ["11.5"]}},
+     "use branch 470 or 525 or 535 or 550 or 570 or 580 or 595"),
 ]
 
 
@@ -226,8 +237,12 @@ def test_end_of_life_names_the_date_the_branch_and_what_it_does_for_geforce():
     assert "GeForce" not in datacenter.message
     geforce = rules_broken("rtx4090-dev", {"driver": {"branch": 535, "version": "535.129.03"}})["driver-eol"]
     assert "GeForce cards run the same driver packages" in geforce.message
-    assert compat.lifecycle(580) == {"type": "lts", "eol": "2028-08", "basis": "NVIDIA's data-center lifecycle table"}
-    assert compat.lifecycle(620)["eol"] is None and compat.supported_branch(dt.date(2026, 12, 1)) == 580
+    # NVIDIA's current tables (the R615 and R620 "Supported Drivers and CUDA Toolkit Versions" pages).
+    assert compat.lifecycle(580) == {"type": "lts", "eol": "2028-06", "basis": "NVIDIA's data-center lifecycle table"}
+    assert compat.lifecycle(620) == {"type": "lts", "eol": "2029-09", "basis": "NVIDIA's data-center lifecycle table"}
+    assert compat.lifecycle(610)["eol"] == "2026-08" and compat.lifecycle(595)["eol"] == "2027-03"
+    # R620 has no release in the committed releases.json yet, so R580 stays the branch to move to.
+    assert compat.supported_branch(dt.date(2026, 12, 1)) == 580
 
 
 def test_forward_compat_accepts_a_newer_toolkit_only_where_nvidia_supports_it():
@@ -271,3 +286,27 @@ def test_flavour_table_agrees_with_the_catalogues():
                 assert f"{m[1]}.{m[2]}" in carries["cuda"], (flavour, name)
             if name == "libcudnn8":
                 assert "8" in carries["cudnn_majors"], flavour
+
+
+def test_cuda_releases_without_a_recorded_floor_are_known_but_not_judged():
+    floors = compat.matrix()["cuda"]["min_driver"]
+    assert {c: floors[c] for c in ("13.3", "13.4", "13.5")} == dict.fromkeys(("13.3", "13.4", "13.5"))
+    assert compat.max_cuda_for_driver("999.99") == "13.2"      # only releases with a floor count
+    problem = rules_broken("h200-train", {"cuda": {"toolkits": ["13.5"]}})["cuda-min-driver-unknown"]
+    assert problem.severity == "warning" and "cuda-known" not in rules_broken("h200-train", {"cuda": {"toolkits": ["13.5"]}})
+
+
+def test_distro_archives_list_the_current_branches():
+    distro = compat.matrix()["distro"]
+    assert {580, 595} <= set(distro["ubuntu-22.04"]["driver_branches"])
+    assert {580, 595} <= set(distro["ubuntu-24.04"]["driver_branches"])
+
+
+def test_dcgm_exporter_pairs_are_nvidias_tags():
+    builds = compat.matrix()["dcgm_exporter_builds"]
+    assert builds["4.8.1"] == "4.5.2" and builds["4.6.0"] == "4.4.1" and builds["4.8.2"] == "4.5.3"
+    # Every built-in that names both names a pair NVIDIA tagged.
+    for name in profiles.builtin_names():
+        p = profiles.load(name).profile
+        if p.dcgm.enabled and p.dcgm.version and p.dcgm.exporter.version:
+            assert builds[p.dcgm.exporter.version.split("-")[0]] == p.dcgm.version, name

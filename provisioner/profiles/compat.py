@@ -81,7 +81,8 @@ def architecture_of(profile: Profile) -> str | None:
 
 def max_cuda_for_driver(driver: str) -> str | None:
     """The newest CUDA release whose own minimum driver this driver meets."""
-    fits = [cuda for cuda, floor in matrix()["cuda"]["min_driver"].items() if version(driver) >= version(floor)]
+    fits = [cuda for cuda, floor in matrix()["cuda"]["min_driver"].items()
+            if floor is not None and version(driver) >= version(floor)]
     return max(fits, key=version) if fits else None
 
 
@@ -146,9 +147,16 @@ def cuda_min_driver(p: Profile) -> Iterator[Problem]:
     floors = matrix()["cuda"]["min_driver"]
     for cuda in p.cuda.toolkits:
         floor = floors.get(cuda)
-        if floor is None:
+        if cuda not in floors:
             yield Problem("cuda-known", "cuda.toolkits", f"CUDA {cuda} is not in the matrix",
                           f"use one of {', '.join(floors)}")
+        elif floor is None:
+            # A release the matrix knows exists, whose minimum driver no source read gave.
+            yield Problem("cuda-min-driver-unknown", "cuda.toolkits",
+                          f"CUDA {cuda}'s minimum driver is not recorded in the matrix, so driver "
+                          f"{p.driver.version} cannot be judged against it",
+                          f"check CUDA {cuda}'s release notes (Table 3) before using it, or use CUDA "
+                          f"{max_cuda_for_driver(p.driver.version) or 'an older release'}", severity="warning")
         elif version(p.driver.version) < version(floor) and p.cuda.forward_compat:
             yield from _forward_compat(p, cuda)
         elif version(p.driver.version) < version(floor):
@@ -421,6 +429,27 @@ def driver_eol(p: Profile) -> Iterator[Problem]:
         yield Problem("driver-eol", "driver.branch",
                       f"R{branch} ({life['type']} branch) reached end of life in {life['eol']} "
                       f"({life['basis']}){geforce}", fix, severity="warning")
+
+
+# --- DCGM and its exporter -----------------------------------------------------------
+
+@rule
+def dcgm_exporter_pair(p: Profile) -> Iterator[Problem]:
+    """The packaged exporter is built against one DCGM release (NVIDIA's <dcgm>-<exporter>
+    tags, compat.yml dcgm_exporter_builds); a profile naming both should name a pair."""
+    dcgm, ex = p.dcgm, p.dcgm.exporter
+    if not (dcgm.enabled and ex.enabled and not ex.binary and dcgm.version and ex.version):
+        return
+    exporter = ex.version.split("-")[0]
+    builds = matrix()["dcgm_exporter_builds"]
+    built = builds.get(exporter)
+    if built is not None and built != dcgm.version:
+        paired = [e for e, d in builds.items() if d == dcgm.version]
+        yield Problem("dcgm-exporter-pair", "dcgm.exporter.version",
+                      f"dcgm-exporter {exporter} is built against DCGM {built} (NVIDIA's tag {built}-{exporter}); "
+                      f"the profile installs DCGM {dcgm.version}",
+                      f"use dcgm.exporter.version {' or '.join(paired)}" if paired else f"use dcgm.version {built}",
+                      severity="warning")
 
 
 # --- what each flavour of NVIDIA's repository carries --------------------------------
