@@ -25,6 +25,40 @@ def load_module(name: str):
 
 FIXTURES = DATA / "fixtures"
 
+# ------------------------------------------------------------------ the package index tests resolve in
+# provisioner/data/catalogue/ is a dated, cited snapshot of NVIDIA's CUDA repository: true, not
+# complete (issue 27), so a built-in profile names versions it does not list. The tests resolve
+# profiles against CATALOGUE_FIXTURE instead: an invented index with every package the built-ins
+# name (its header says so). Tests of the snapshot itself read SNAPSHOT_DIR by path.
+SNAPSHOT_DIR = REPO / "provisioner" / "data" / "catalogue"
+CATALOGUE_FIXTURE = DATA / "catalogue"
+
+
+# The lab stand-in's input while it is still built from a catalogue (tests/test_cudarepo.py):
+# the old hand-written catalogue's versions, Depends and stand_in_files, which that module's
+# assertions are written against. Goes when the stand-in has its own manifest.
+STANDIN_FIXTURE = DATA / "catalogue-standin"
+
+
+def pytest_configure(config) -> None:
+    # Before collection: some test modules load built-in profiles when they are imported.
+    from provisioner.profiles import catalogue
+
+    catalogue.CATALOGUE_DIR = CATALOGUE_FIXTURE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _standin_catalogue(request):
+    if request.module.__name__.rsplit(".", 1)[-1] != "test_cudarepo":
+        yield
+        return
+    from provisioner.profiles import catalogue
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(catalogue, "CATALOGUE_DIR", STANDIN_FIXTURE)
+    yield
+    patch.undo()
+
 
 def _fixtures() -> Path:
     # Real tool outputs captured on GPU machines, copied into the repository with their

@@ -19,7 +19,7 @@ def test_profiles_lists_every_builtin_with_gpus_cuda_and_driver():
     assert result.exit_code == 0
     for row in ("h100-train", "8x H100 80GB HBM3", "debian12-lab", "rtx4090-dev", "12.4", "h200-train",
                 "8x H200", "b200-train", "8x B200", "rtx5090-cv", "2x RTX 5090", "a10-infer", "1x A10",
-                "580.95.05"):
+                "580.159.04"):
         assert row in result.output
 
 

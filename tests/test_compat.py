@@ -77,8 +77,8 @@ CASES = [
      "kernel_modules: open"),
     ("fabric-manager-needed", "h100-train", {"fabric_manager": {"enabled": True}},
      {"fabric_manager": {"enabled": False}}, "fabric_manager.enabled: auto"),
-    ("fabric-manager-version", "h100-train", {"fabric_manager": {"version": "580.95.05"}},
-     {"fabric_manager": {"version": "580.65.06"}}, "fabric_manager.version: 580.95.05"),
+    ("fabric-manager-version", "h100-train", {"fabric_manager": {"version": "580.159.04"}},
+     {"fabric_manager": {"version": "580.65.06"}}, "fabric_manager.version: 580.159.04"),
     ("distro-fabric-manager", "debian12-lab", {}, {"fabric_manager": {"enabled": True}}, "driver.source: cuda_repo"),
     ("cudnn-known", "h100-train", {"cudnn": {"version": "8.9.6.50"}}, {"cudnn": {"version": "8.9.9.99"}}, "use one of"),
     ("cudnn-cuda", "h100-train", {"cudnn": {"version": "9.1.0.70"}}, {"cudnn": {"version": "8.6.0.163"}},
@@ -110,7 +110,7 @@ CASES = [
     ("torch-index-default", "h100-train", {"python_env": {"torch": {"version": "2.11.0", "index": "cu126"}}},
      {"python_env": {"torch": {"version": "2.11.0", "index": None}}}, "set python_env.torch.index to one of cu126"),
     ("driver-eol", "l40s-infer", {}, {"driver": {"branch": 535, "version": "535.129.03"}},
-     "move to R580 (long-term support, end of life 2028-08)"),
+     "move to R580 (long-term support, end of life 2028-06)"),
     ("driver-eol", "l40s-infer", {"driver": {"branch": 595, "version": "595.45.04"}},  # production until 2027-03
      {"driver": {"branch": 520, "version": "520.61.05"}}, "move to R580"),
     ("fabric-manager-no-nvswitch", "l40s-infer", {"fabric_manager": {"enabled": "auto"}},
@@ -134,8 +134,9 @@ CASES = [
     ("cuda-compat-branch", "h200-train", {"cuda": {"toolkits": ["13.2"], "forward_compat": True}},
      {"driver": {"branch": 590, "version": "590.44.01"}, "cuda": {"toolkits": ["13.2"], "forward_compat": True}},
      "use an LTSB or production branch"),
+    # The tests' fixture index is complete (snapshot.method: refresh); its ubuntu2404 has CUDA 13.0 only.
     ("flavour-cuda", "h200-train", {"os": "ubuntu-24.04"}, {"os": "ubuntu-24.04", "cuda": {"toolkits": ["12.2"]}},
-     "use CUDA 12.5 or newer, or os: ubuntu-22.04"),
+     "use CUDA 13.0, or os: ubuntu-22.04"),
     ("flavour-cudnn", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use cudnn 9.x, or os: ubuntu-22.04"),
     ("flavour-tensorrt", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use tensorrt 10.x, or os: ubuntu-22.04"),
     # GPUDirect RDMA (compat.yml gpudirect_rdma): DMA-BUF needs the open modules; nvidia-peermem
@@ -149,6 +150,17 @@ CASES = [
      {"network": {"gpudirect_rdma": "nvidia-peermem"}, "os": "ubuntu-24.04"}, "install MLNX_OFED/DOCA-OFED"),
     ("gpudirect-none", "debian12-lab", {"hardware": {"infiniband": True}, "driver": {"kernel_modules": "open"}},
      {"hardware": {"infiniband": True}}, "set driver.kernel_modules: open"),
+    # --- issue 27 ---
+    # NVIDIA's dcgm-exporter tags pair each exporter with the DCGM it is built against (4.5.2-4.8.1).
+    ("dcgm-exporter-pair", "h100-train", {}, {"dcgm": {"exporter": {"version": "4.6.0-1"}}},
+     "use dcgm.exporter.version 4.8.1"),
+    # CUDA 13.3 exists; its minimum driver is not recorded, so the driver is not judged against it.
+    ("cuda-min-driver-unknown", "h200-train", {}, {"cuda": {"toolkits": ["13.3"]}}, "check CUDA 13.3's release notes"),
+    # Ubuntu 22.04's own archive now has R580 and R595 (packages.ubuntu.com jammy).
+    ("distro-driver", "debian12-lab",
+     {"os": "ubuntu-22.04", "driver": {"branch": 595, "version": "595.84"}, "cuda": {"toolkits": ["11.5"]}},
+     {"os": "ubuntu-22.04", "driver": {"branch": 590, "version": "590.48.01"}, "cuda": {"toolkits": ["11.5"]}},
+     "use branch 470 or 525 or 535 or 550 or 570 or 580 or 595"),
 ]
 
 
@@ -226,8 +238,12 @@ def test_end_of_life_names_the_date_the_branch_and_what_it_does_for_geforce():
     assert "GeForce" not in datacenter.message
     geforce = rules_broken("rtx4090-dev", {"driver": {"branch": 535, "version": "535.129.03"}})["driver-eol"]
     assert "GeForce cards run the same driver packages" in geforce.message
-    assert compat.lifecycle(580) == {"type": "lts", "eol": "2028-08", "basis": "NVIDIA's data-center lifecycle table"}
-    assert compat.lifecycle(620)["eol"] is None and compat.supported_branch(dt.date(2026, 12, 1)) == 580
+    # NVIDIA's current tables (the R615 and R620 "Supported Drivers and CUDA Toolkit Versions" pages).
+    assert compat.lifecycle(580) == {"type": "lts", "eol": "2028-06", "basis": "NVIDIA's data-center lifecycle table"}
+    assert compat.lifecycle(620) == {"type": "lts", "eol": "2029-09", "basis": "NVIDIA's data-center lifecycle table"}
+    assert compat.lifecycle(610)["eol"] == "2026-08" and compat.lifecycle(595)["eol"] == "2027-03"
+    # R620 has no release in the committed releases.json yet, so R580 stays the branch to move to.
+    assert compat.supported_branch(dt.date(2026, 12, 1)) == 580
 
 
 def test_forward_compat_accepts_a_newer_toolkit_only_where_nvidia_supports_it():
@@ -306,15 +322,59 @@ def test_package_naming_stays_gone():
     assert not hasattr(compat, "package_names")
 
 
-def test_flavour_table_agrees_with_the_catalogues():
-    import re
-
+def test_what_a_flavour_carries_is_read_from_its_snapshot():
     from provisioner.profiles import catalogue
 
+    from .conftest import SNAPSHOT_DIR
+
+    # No second list of CUDA releases in compat.yml: the toolkits come from the package data.
     for flavour, carries in compat.matrix()["flavours"].items():
+        assert set(carries) == {"cudnn_majors", "tensorrt_majors"}, flavour
         cat = catalogue.load(flavour)
-        for name in cat.packages:
-            if m := re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", name):
-                assert f"{m[1]}.{m[2]}" in carries["cuda"], (flavour, name)
-            if name == "libcudnn8":
-                assert "8" in carries["cudnn_majors"], flavour
+        toolkits, snap = compat.snapshot_toolkits(flavour)
+        assert toolkits == tuple(sorted({f"{n.split('-')[2]}.{n.split('-')[3]}" for n in cat.packages
+                                         if n.startswith("cuda-toolkit-")}, key=compat.version)), flavour
+        assert snap == cat.snapshot
+    # The tests' fixture index (complete, method refresh) and the curated snapshot.
+    assert compat.snapshot_toolkits("ubuntu2204")[0] == ("11.8", "12.2", "12.4", "13.0")
+    assert compat.snapshot_toolkits("debian12") is None
+    for flavour in ("ubuntu2204", "ubuntu2404"):
+        real = catalogue.load(flavour, SNAPSHOT_DIR / f"{flavour}.yml")
+        assert real.snapshot["method"] == "curated"
+
+
+def test_a_curated_snapshot_refuses_no_toolkit_it_does_not_list(monkeypatch):
+    # A curated snapshot proves what it lists, not what it lacks: the live index decides.
+    from provisioner.profiles import catalogue
+
+    from .conftest import SNAPSHOT_DIR
+
+    profile = build("h200-train", {"os": "ubuntu-24.04", "cuda": {"toolkits": ["12.2"]}})
+    assert "flavour-cuda" in {p.rule for p in compat.check(profile)}       # the complete fixture index
+    monkeypatch.setattr(catalogue, "CATALOGUE_DIR", SNAPSHOT_DIR)
+    assert compat.snapshot_toolkits("ubuntu2404") == ((), catalogue.load("ubuntu2404").snapshot)
+    assert "flavour-cuda" not in {p.rule for p in compat.check(profile)}   # the curated snapshot
+
+
+def test_cuda_releases_without_a_recorded_floor_are_known_but_not_judged():
+    floors = compat.matrix()["cuda"]["min_driver"]
+    assert {c: floors[c] for c in ("13.3", "13.4", "13.5")} == dict.fromkeys(("13.3", "13.4", "13.5"))
+    assert compat.max_cuda_for_driver("999.99") == "13.2"      # only releases with a floor count
+    problem = rules_broken("h200-train", {"cuda": {"toolkits": ["13.5"]}})["cuda-min-driver-unknown"]
+    assert problem.severity == "warning" and "cuda-known" not in rules_broken("h200-train", {"cuda": {"toolkits": ["13.5"]}})
+
+
+def test_distro_archives_list_the_current_branches():
+    distro = compat.matrix()["distro"]
+    assert {580, 595} <= set(distro["ubuntu-22.04"]["driver_branches"])
+    assert {580, 595} <= set(distro["ubuntu-24.04"]["driver_branches"])
+
+
+def test_dcgm_exporter_pairs_are_nvidias_tags():
+    builds = compat.matrix()["dcgm_exporter_builds"]
+    assert builds["4.8.1"] == "4.5.2" and builds["4.6.0"] == "4.4.1" and builds["4.8.2"] == "4.5.3"
+    # Every built-in that names both names a pair NVIDIA tagged.
+    for name in profiles.builtin_names():
+        p = profiles.load(name).profile
+        if p.dcgm.enabled and p.dcgm.version and p.dcgm.exporter.version:
+            assert builds[p.dcgm.exporter.version.split("-")[0]] == p.dcgm.version, name

@@ -24,7 +24,7 @@ def _unit(text: str) -> configparser.ConfigParser:
 def test_h100_runs_nvidias_packaged_exporter_under_a_hardened_unit_on_loopback():
     r = RoleRender("dcgm_exporter", profile_vars("h100-train"))
     assert r.var("dcgm_exporter_packaged") is True
-    assert r.var("dcgm_exporter_package_pins") == {"datacenter-gpu-manager-exporter": "4.6.0-1"}
+    assert r.var("dcgm_exporter_package_pins") == {"datacenter-gpu-manager-exporter": "4.8.1-1"}
     unit = _unit(r.template("dcgm-exporter.service.j2"))
     service = unit["Service"]
     assert service["ExecStart"] == (
@@ -68,9 +68,11 @@ def test_listen_address_is_what_the_profile_says():
 
 def test_dcgm_follows_the_drivers_cuda_not_the_cuda_11_toolkit():
     # l40s-infer installs the 11.8 toolkit on R580, whose driver brings CUDA 13: DCGM's
-    # -cudaNN build must match the driver (its libcuda), not the toolkit.
+    # -cudaNN build must match the driver (its libcuda), not the toolkit. The proprietary pair
+    # carries the profiling module the DCGM_FI_PROF_* metrics need (issue 27).
     assert set(RoleRender("dcgm_exporter", profile_vars("l40s-infer")).var("dcgm_exporter_dcgm_pins")) == {
-        "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13"}
+        "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13",
+        "datacenter-gpu-manager-4-proprietary", "datacenter-gpu-manager-4-proprietary-cuda13"}
 
 
 def test_debian12_lab_installs_no_dcgm_and_no_exporter():

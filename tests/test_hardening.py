@@ -46,7 +46,7 @@ def test_a_string_that_could_template_is_unsafe_and_the_others_stay_plain_string
         else:
             assert "!unsafe" not in line, line
     back = load_unsafe(text)
-    assert back["nvidia_driver_version"] == "580.95.05" and back["cuda_toolkit_versions"] == ["12.2"]
+    assert back["nvidia_driver_version"] == "580.159.04" and back["cuda_toolkit_versions"] == ["12.2"]
 
 
 @pytest.mark.ansible

@@ -86,7 +86,7 @@ def test_current_training_profiles_render_for_ubuntu_24_04(name: str, tmp_path: 
     render(profiles.load(str(child)), inventory.load(EXAMPLE), out)
     group_vars = load_unsafe((out / "group_vars/all/provisioner.yml").read_text())
     assert group_vars["provisioner_os"] == "ubuntu-24.04"
-    assert group_vars["nvidia_driver_version"] == "580.95.05" and group_vars["cuda_toolkit_versions"] == ["13.0"]
+    assert group_vars["nvidia_driver_version"] == "580.159.04" and group_vars["cuda_toolkit_versions"] == ["13.0"]
     assert group_vars["python_env_torch_index"] == "cu130" and "libcudnn9-cuda-13" in group_vars["cudnn_pins"]
 
 
@@ -115,7 +115,7 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     node = hostvars["gpu-node-03"]
     # Plain profile strings reach Ansible as plain strings (versions stay strings, see
     # provisioner/render/ansible_data.py); only a string that could template is marked unsafe.
-    assert node["nvidia_driver_version"] == "580.95.05" and node["fabric_manager_version"] == "580.95.05"
+    assert node["nvidia_driver_version"] == "580.159.04" and node["fabric_manager_version"] == "580.159.04"
     assert node["nccl_pins"] == {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"}
     assert node["cudnn_pins"]["libcudnn8"] == "8.9.7.29-1+cuda12.2"
     assert node["python_env_torch_index"] == "cu126"

@@ -24,24 +24,28 @@ def _profile(tmp_path: Path, text: str):
 def test_h100_train_resolves_to_exact_repository_versions():
     plan = packages.resolve(profiles.load("h100-train").profile, "snapshot").pins
     assert plan == {
-        "driver": {"cuda-drivers-580": "580.95.05-1ubuntu1", "nvidia-driver-580": "580.95.05-1ubuntu1",
+        "driver": {"cuda-drivers-580": "580.159.04-1ubuntu1", "nvidia-driver-580": "580.159.04-1ubuntu1",
                    "nvidia-driver-pinning-580": "580-1ubuntu1"},
-        "fabric_manager": {"nvidia-fabricmanager": "580.95.05-1", "libnvidia-nscq": "580.95.05-1"},
+        "fabric_manager": {"nvidia-fabricmanager": "580.159.04-1", "libnvidia-nscq": "580.159.04-1"},
         "cuda_toolkit": {"cuda-toolkit-12-2": "12.2.2-1"},
         "cudnn": {"libcudnn8": "8.9.7.29-1+cuda12.2", "libcudnn8-dev": "8.9.7.29-1+cuda12.2"},
         "nccl": {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"},
-        # DCGM's -cudaNN follows the driver's CUDA (R580 -> 13), not the 12.2 toolkit.
-        "dcgm": {"datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda13": "1:4.5.2-1"},
-        "dcgm_exporter": {"datacenter-gpu-manager-exporter": "4.6.0-1"},
+        # DCGM's -cudaNN follows the driver's CUDA (R580 -> 13), not the 12.2 toolkit; the
+        # proprietary pair carries the profiling module (DCGM_FI_PROF_*).
+        "dcgm": {"datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda13": "1:4.5.2-1",
+                 "datacenter-gpu-manager-4-proprietary": "1:4.5.2-1",
+                 "datacenter-gpu-manager-4-proprietary-cuda13": "1:4.5.2-1"},
+        # The exporter NVIDIA tags against DCGM 4.5.2 (dcgm-exporter 4.5.2-4.8.1).
+        "dcgm_exporter": {"datacenter-gpu-manager-exporter": "4.8.1-1"},
     }
 
 
 def test_render_hands_the_roles_the_plan():
     v = role_vars(profiles.load("h100-train"))
-    assert v["nvidia_driver_repo_pins"]["nvidia-driver-580"] == "580.95.05-1ubuntu1"
-    assert v["fabric_manager_pins"] == {"nvidia-fabricmanager": "580.95.05-1", "libnvidia-nscq": "580.95.05-1"}
+    assert v["nvidia_driver_repo_pins"]["nvidia-driver-580"] == "580.159.04-1ubuntu1"
+    assert v["fabric_manager_pins"] == {"nvidia-fabricmanager": "580.159.04-1", "libnvidia-nscq": "580.159.04-1"}
     assert v["cudnn_pins"]["libcudnn8"] == "8.9.7.29-1+cuda12.2" and v["cuda_toolkit_pins"] == {"cuda-toolkit-12-2": "12.2.2-1"}
-    assert v["dcgm_exporter_package_pins"] == {"datacenter-gpu-manager-exporter": "4.6.0-1"}
+    assert v["dcgm_exporter_package_pins"] == {"datacenter-gpu-manager-exporter": "4.8.1-1"}
     assert v["cuda_repo_enabled"] is True and v["cuda_repo_flavour"] == "ubuntu2204"
 
 
@@ -76,7 +80,7 @@ def test_an_os_without_a_flavour_is_refused_and_the_flavour_can_be_chosen(tmp_pa
     assert "'debian12'" in str(err.value) and "mirrors.cuda_repo_flavour" in err.value.fix
     # A Debian host taking the ubuntu2204 flavour (the lab does, against the stand-in).
     loaded = _profile(tmp_path, "os: debian-12\nmirrors:\n  cuda_repo_flavour: ubuntu2204\n")
-    assert plan_for(loaded).pins["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu1"
+    assert plan_for(loaded).pins["driver"]["cuda-drivers-580"] == "580.159.04-1ubuntu1"
     assert role_vars(loaded)["cuda_repo_flavour"] == "ubuntu2204"
 
 
@@ -96,7 +100,8 @@ def test_naming_follows_the_branch():
 def test_a_naming_rule_may_only_name_known_numbers(tmp_path):
     data = (catalogue.CATALOGUE_DIR / "ubuntu2204.yml").read_text()
     bad = tmp_path / "bad.yml"
-    bad.write_text(data.replace('"nvidia-driver-{branch}-open"', '"nvidia-driver-{profile.name}"'))
+    assert "nvidia-driver-{branch}-open" in data
+    bad.write_text(data.replace("nvidia-driver-{branch}-open", "nvidia-driver-{profile.name}"))
     with pytest.raises(ProvisionError) as err:
         catalogue.load(path=bad)
     assert "only branch, cuda_major, cuda_minor, driver_cuda_major" in str(err.value)

@@ -59,9 +59,10 @@ def test_h100_train_is_what_the_seed_guidance_asks_for():
     assert p.python_env.torch.version.startswith("2.11.") and p.python_env.torch.index == "cu126"
     assert p.python_env.name == "pytorch_env" and p.python_env.python == "3.12"
     # Every artifact it needs is named with its checksum, or comes from a package.
-    assert p.python_env.conda_installer.endswith("Miniforge3-25.3.1-0-Linux-x86_64.sh")
-    assert p.python_env.conda_installer_sha256 == "376b160ed8130820db0ab0f3826ac1fc85923647f75c1b8231166e3d559ab768"
-    assert p.dcgm.exporter.binary is None and p.dcgm.exporter.version == "4.6.0-1"
+    assert p.python_env.conda_installer.endswith("Miniforge3-26.3.2-3-Linux-x86_64.sh")
+    assert p.python_env.conda_installer_sha256 == "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
+    # DCGM and the exporter NVIDIA builds against it (dcgm-exporter tag 4.5.2-4.8.1).
+    assert p.dcgm.exporter.binary is None and (p.dcgm.version, p.dcgm.exporter.version) == ("4.5.2", "4.8.1")
     assert p.hardware.infiniband and p.hardware.min_cpu_cores >= 32 and p.hardware.min_ram_gib >= 1024
 
 

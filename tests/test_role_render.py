@@ -117,8 +117,8 @@ def _compute(profile: str, tmp: Path, **overrides) -> tuple[dict, Path]:
 def test_h100_train_packages_and_files(tmp_path):
     got, out = _compute("h100-train", tmp_path)
     assert got["driver"] == ["cuda-drivers-580", "nvidia-driver-580"]
-    # Exactly NVIDIA's revision: the Ubuntu archive's 580.95.05-0ubuntu0.22.04.1 does not match.
-    assert got["driver_glob"] == "580.95.05-1ubuntu1"
+    # Exactly the index's revision (the tests' fixture index): the Ubuntu archive's build would not match.
+    assert got["driver_glob"] == "580.159.04-1ubuntu1"
     assert got["pinning_package"] == "nvidia-driver-pinning-580"
     assert got["toolkit"] == ["cuda-toolkit-12-2"]
     assert got["toolkit_patterns"] == {"cuda-toolkit-12-2": r"^12\.2\.2\-1$"}
@@ -129,10 +129,10 @@ def test_h100_train_packages_and_files(tmp_path):
     assert "Signed-By: /usr/share/keyrings/provisioner-cuda-archive-keyring.asc\n" in sources
     assert "Components" not in sources  # a flat repository
     driver_pref = (out / "nvidia-driver.pref").read_text()
-    assert "Pin: version 580.95.05-1ubuntu1\nPin-Priority: 1001" in driver_pref
+    assert "Pin: version 580.159.04-1ubuntu1\nPin-Priority: 1001" in driver_pref
     assert "Package: nvidia-* libnvidia-* " in driver_pref and " cuda-drivers*\n" in driver_pref
     fm = (out / "fabric-manager.pref").read_text()
-    assert "Package: nvidia-fabricmanager\nPin: version 580.95.05-1\nPin-Priority: 1001" in fm
+    assert "Package: nvidia-fabricmanager\nPin: version 580.159.04-1\nPin-Priority: 1001" in fm
     assert "Package: libnvidia-nscq\nPin: release o=NVIDIA,l=NVIDIA CUDA\nPin-Priority: 100" in fm
     assert "Package: libcudnn8\nPin: version 8.9.7.29-1+cuda12.2\n" in (out / "cudnn.pref").read_text()
     assert "Package: libnccl2\nPin: version 2.19.3-1+cuda12.2\n" in (out / "nccl.pref").read_text()
@@ -148,7 +148,7 @@ def test_l40s_infer_cuda_11_8(tmp_path):
 
 def test_mirror_and_open_modules(tmp_path):
     got, out = _compute("rtx4090-dev", tmp_path, cuda_repo_base_url="http://mirror.example/cuda/repos/")
-    assert got["driver"] == ["nvidia-driver-580-open"] and got["driver_glob"] == "580.95.05-1ubuntu1"
+    assert got["driver"] == ["nvidia-driver-580-open"] and got["driver_glob"] == "580.159.04-1ubuntu1"
     assert "URIs: http://mirror.example/cuda/repos/ubuntu2204/x86_64/\n" in (out / "cuda.sources").read_text()
 
 

@@ -107,12 +107,12 @@ VERDICTS = {
     # nvidia-smi -q and --version
     "nvidia-smi/text/nvidia-smi-q__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H100_1, "pass", None, None),
     "nvidia-smi/text/nvidia-smi-version__h100-80gb-hbm3__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100_1, "pass", None, None),
-    "nvidia-smi/text/nvidia-smi-version__h200__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100, "fail", "driver version", "loaded 590.48.01, profile pins 580.95.05"),
+    "nvidia-smi/text/nvidia-smi-version__h200__590.48.01__nvidia-gpu-exporter.txt": (GPUS, H100, "fail", "driver version", "loaded 590.48.01, profile pins 580.159.04"),
     "nvidia-smi/text/nvidia-smi-version__l40s__595.80__nvidia-gpu-exporter.txt": (GPUS, L40S_1, "pass", None, None),
     "nvidia-smi/text/nvidia-smi-version__rtx-4080-super__595.71.05__nvidia-gpu-exporter.txt": (GPUS, L40S_INFER, "fail", "driver version", "loaded 595.71.05"),
     # plain nvidia-smi tables
     "nvidia-smi/text/nvidia-smi__8x-b200__580.95.05__modal-gpu-glossary.txt": (GPUS, B200_8, "pass", None, None),
-    "nvidia-smi/text/nvidia-smi__8x-h100-80gb-hbm3__550.90.07__modal-gpu-glossary.txt": (GPUS, H100, "fail", "driver version", "loaded 550.90.07, profile pins 580.95.05"),
+    "nvidia-smi/text/nvidia-smi__8x-h100-80gb-hbm3__550.90.07__modal-gpu-glossary.txt": (GPUS, H100, "fail", "driver version", "loaded 550.90.07, profile pins 580.159.04"),
     "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3-mig__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H100_1, "fail", "mig", "on 1 GPU"),
     "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3-mig__590.48.01__load__nvidia-gpu-exporter.txt": (GPUS, H100_1, "fail", "mig", "on 1 GPU"),
     "nvidia-smi/text/nvidia-smi__h100-80gb-hbm3__590.48.01__idle__nvidia-gpu-exporter.txt": (GPUS, H100_1_IDLE, "pass", None, None),

@@ -12,6 +12,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Callable, Iterator
 
 from provisioner.yamlfile import load_data
@@ -81,7 +82,8 @@ def architecture_of(profile: Profile) -> str | None:
 
 def max_cuda_for_driver(driver: str) -> str | None:
     """The newest CUDA release whose own minimum driver this driver meets."""
-    fits = [cuda for cuda, floor in matrix()["cuda"]["min_driver"].items() if version(driver) >= version(floor)]
+    fits = [cuda for cuda, floor in matrix()["cuda"]["min_driver"].items()
+            if floor is not None and version(driver) >= version(floor)]
     return max(fits, key=version) if fits else None
 
 
@@ -146,9 +148,16 @@ def cuda_min_driver(p: Profile) -> Iterator[Problem]:
     floors = matrix()["cuda"]["min_driver"]
     for cuda in p.cuda.toolkits:
         floor = floors.get(cuda)
-        if floor is None:
+        if cuda not in floors:
             yield Problem("cuda-known", "cuda.toolkits", f"CUDA {cuda} is not in the matrix",
                           f"use one of {', '.join(floors)}")
+        elif floor is None:
+            # A release the matrix knows exists, whose minimum driver no source read gave.
+            yield Problem("cuda-min-driver-unknown", "cuda.toolkits",
+                          f"CUDA {cuda}'s minimum driver is not recorded in the matrix, so driver "
+                          f"{p.driver.version} cannot be judged against it",
+                          f"check CUDA {cuda}'s release notes (Table 3) before using it, or use CUDA "
+                          f"{max_cuda_for_driver(p.driver.version) or 'an older release'}", severity="warning")
         elif version(p.driver.version) < version(floor) and p.cuda.forward_compat:
             yield from _forward_compat(p, cuda)
         elif version(p.driver.version) < version(floor):
@@ -428,7 +437,51 @@ def driver_eol(p: Profile) -> Iterator[Problem]:
                       f"({life['basis']}){geforce}", fix, severity="warning")
 
 
+# --- DCGM and its exporter -----------------------------------------------------------
+
+@rule
+def dcgm_exporter_pair(p: Profile) -> Iterator[Problem]:
+    """The packaged exporter is built against one DCGM release (NVIDIA's <dcgm>-<exporter>
+    tags, compat.yml dcgm_exporter_builds); a profile naming both should name a pair."""
+    dcgm, ex = p.dcgm, p.dcgm.exporter
+    if not (dcgm.enabled and ex.enabled and not ex.binary and dcgm.version and ex.version):
+        return
+    exporter = ex.version.split("-")[0]
+    builds = matrix()["dcgm_exporter_builds"]
+    built = builds.get(exporter)
+    if built is not None and built != dcgm.version:
+        paired = [e for e, d in builds.items() if d == dcgm.version]
+        yield Problem("dcgm-exporter-pair", "dcgm.exporter.version",
+                      f"dcgm-exporter {exporter} is built against DCGM {built} (NVIDIA's tag {built}-{exporter}); "
+                      f"the profile installs DCGM {dcgm.version}",
+                      f"use dcgm.exporter.version {' or '.join(paired)}" if paired else f"use dcgm.version {built}",
+                      severity="warning")
+
+
 # --- what each flavour of NVIDIA's repository carries --------------------------------
+
+_TOOLKIT_RE = re.compile(r"^cuda-toolkit-(\d+)-(\d+)$")
+
+
+@cache
+def _snapshot_toolkits(directory: str, flavour: str) -> tuple[tuple[str, ...], dict]:
+    from provisioner.profiles import catalogue
+
+    cat = catalogue.load(flavour, Path(directory) / f"{flavour}.yml")
+    found = {(int(m[1]), int(m[2])) for name in cat.packages if (m := _TOOLKIT_RE.match(name)) and cat.versions(name)}
+    return tuple(f"{major}.{minor}" for major, minor in sorted(found)), dict(cat.snapshot or {})
+
+
+def snapshot_toolkits(flavour: str) -> tuple[tuple[str, ...], dict] | None:
+    """The CUDA releases ('12.2') whose cuda-toolkit-X-Y package the flavour's package
+    snapshot lists, oldest first, and the snapshot's block ({date, method, ...}); None
+    where the flavour has no snapshot. The one source of what a flavour carries."""
+    from provisioner.profiles import catalogue
+
+    if flavour not in catalogue.flavours():
+        return None
+    return _snapshot_toolkits(str(catalogue.CATALOGUE_DIR), flavour)
+
 
 @rule
 def flavour_carries(p: Profile) -> Iterator[Problem]:
@@ -437,12 +490,17 @@ def flavour_carries(p: Profile) -> Iterator[Problem]:
     if carries is None or p.cuda.source != "cuda_repo":
         return
     other = "ubuntu-22.04" if p.os != "ubuntu-22.04" else "ubuntu-24.04"
-    if p.cuda.enabled:
+    listed = snapshot_toolkits(flavour) if p.cuda.enabled else None
+    # A curated snapshot proves what it lists, not what it lacks: only a complete one (written
+    # from the live index by `provision catalogue refresh`) refuses what it does not list.
+    if listed is not None and listed[1].get("method") == "refresh":
+        toolkits, snap = listed
         for cuda in p.cuda.toolkits:
-            if cuda not in carries["cuda"]:
+            if cuda not in toolkits:
                 yield Problem("flavour-cuda", "cuda.toolkits",
-                              f"NVIDIA's {flavour} repository has no CUDA {cuda} (it starts at {carries['cuda'][0]})",
-                              f"use CUDA {carries['cuda'][0]} or newer, or os: {other}")
+                              f"NVIDIA's {flavour} repository has no CUDA {cuda} toolkit (cuda-toolkit-"
+                              f"{cuda.replace('.', '-')}) in its index of {snap.get('date', 'unknown date')}",
+                              f"use CUDA {' or '.join(toolkits) or 'another release'}, or os: {other}")
     for kind, key in (("cudnn", "cudnn_majors"), ("tensorrt", "tensorrt_majors")):
         lib = getattr(p, kind)
         if lib.enabled and lib.version.split(".")[0] not in carries[key]:

@@ -175,7 +175,7 @@ class PythonEnv(Strict):
         # Known before any host is touched: the role would only find out after the driver.
         if self.enabled and self.manager == "conda" and not (self.conda_installer and self.conda_installer_sha256):
             raise ValueError("a conda environment needs python_env.conda_installer (a Miniforge installer URL or "
-                             "path, e.g. Miniforge3-25.3.1-0-Linux-x86_64.sh) and python_env.conda_installer_sha256 "
+                             "path, e.g. Miniforge3-26.3.2-3-Linux-x86_64.sh) and python_env.conda_installer_sha256 "
                              "(the sha256 its release publishes); or use manager: venv")
         return self
 
