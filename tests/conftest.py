@@ -27,37 +27,24 @@ FIXTURES = DATA / "fixtures"
 
 # ------------------------------------------------------------------ the package index tests resolve in
 # provisioner/data/catalogue/ is a dated, cited snapshot of NVIDIA's CUDA repository: true, not
-# complete (issue 27), so a built-in profile names versions it does not list. The tests resolve
-# profiles against CATALOGUE_FIXTURE instead: an invented index with every package the built-ins
-# name (its header says so). Tests of the snapshot itself read SNAPSHOT_DIR by path.
+# complete (issue 27), so a built-in profile names versions it does not list. NVIDIA's
+# repository cannot be reached from here either. So the tests that are not lab tests resolve
+# profiles offline ($PROVISION_PACKAGE_INDEX=snapshot) against CATALOGUE_FIXTURE instead: an
+# invented index with every package the built-ins name (its header says so). Tests of the
+# snapshot itself read SNAPSHOT_DIR by path; lab tests resolve live against the lab's stand-in
+# repository, and tests/test_aptindex.py against real signed indexes.
 SNAPSHOT_DIR = REPO / "provisioner" / "data" / "catalogue"
 CATALOGUE_FIXTURE = DATA / "catalogue"
 
 
-# The lab stand-in's input while it is still built from a catalogue (tests/test_cudarepo.py):
-# the old hand-written catalogue's versions, Depends and stand_in_files, which that module's
-# assertions are written against. Goes when the stand-in has its own manifest.
-STANDIN_FIXTURE = DATA / "catalogue-standin"
+@pytest.fixture(autouse=True)
+def _packages_from_the_fixture_index(request, monkeypatch):
+    if not {"lab", "molecule"} & {m.name for m in request.node.iter_markers()}:
+        from provisioner.profiles import catalogue
 
-
-def pytest_configure(config) -> None:
-    # Before collection: some test modules load built-in profiles when they are imported.
-    from provisioner.profiles import catalogue
-
-    catalogue.CATALOGUE_DIR = CATALOGUE_FIXTURE
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _standin_catalogue(request):
-    if request.module.__name__.rsplit(".", 1)[-1] != "test_cudarepo":
-        yield
-        return
-    from provisioner.profiles import catalogue
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(catalogue, "CATALOGUE_DIR", STANDIN_FIXTURE)
+        monkeypatch.setenv("PROVISION_PACKAGE_INDEX", "snapshot")
+        monkeypatch.setattr(catalogue, "CATALOGUE_DIR", CATALOGUE_FIXTURE)
     yield
-    patch.undo()
 
 
 def _fixtures() -> Path:
@@ -155,17 +142,6 @@ def _ansible_shims(tmp_path_factory) -> Path:
         (shims / program).write_text(_SHIM)
         (shims / program).chmod(0o755)
     return shims
-
-
-@pytest.fixture(autouse=True)
-def _packages_from_the_snapshot(request, monkeypatch):
-    """NVIDIA's repository cannot be reached from here: tests that render a built-in take its
-    package versions from the committed snapshot ($PROVISION_PACKAGE_INDEX=snapshot, what a
-    controller with no route to the repository would do). Lab tests resolve against the
-    lab's stand-in repository live, and tests/test_aptindex.py reads real signed indexes."""
-    if not {"lab", "molecule"} & {m.name for m in request.node.iter_markers()}:
-        monkeypatch.setenv("PROVISION_PACKAGE_INDEX", "snapshot")
-    yield
 
 
 @pytest.fixture(autouse=True)

@@ -29,11 +29,11 @@ pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and shutil.which("gpgv"
 DATE = "Tue, 19 May 2026 10:00:00 +0000"
 # name -> versions the test repository lists (the driver family, fabric manager, CUDA, libraries, DCGM).
 LISTED = {
-    "cuda-drivers-580": ["580.95.05-0ubuntu1", "580.126.20-1ubuntu1"],
-    "nvidia-driver-580": ["580.95.05-0ubuntu1", "580.126.20-1ubuntu1"],
+    "cuda-drivers-580": ["580.95.05-0ubuntu1", "580.126.20-1ubuntu1", "580.159.04-1ubuntu1"],
+    "nvidia-driver-580": ["580.95.05-0ubuntu1", "580.126.20-1ubuntu1", "580.159.04-1ubuntu1"],
     "nvidia-driver-pinning-580": ["580-2ubuntu1"],
-    "nvidia-fabricmanager": ["580.95.05-1", "580.126.20-1"],
-    "libnvidia-nscq": ["580.95.05-1", "580.126.20-1"],
+    "nvidia-fabricmanager": ["580.95.05-1", "580.126.20-1", "580.159.04-1"],
+    "libnvidia-nscq": ["580.95.05-1", "580.126.20-1", "580.159.04-1"],
     "cuda-toolkit-12-2": ["12.2.2-1"],
     "cuda-toolkit-12-8": ["12.8.1-1"],
     "libcudnn8": ["8.9.7.29-1+cuda12.2"],
@@ -42,6 +42,8 @@ LISTED = {
     "libnccl-dev": ["2.19.3-1+cuda12.2", "2.25.1-1+cuda12.8"],
     "datacenter-gpu-manager-4-core": ["1:4.5.2-1"],
     "datacenter-gpu-manager-4-cuda13": ["1:4.5.2-1"],
+    "datacenter-gpu-manager-4-proprietary": ["1:4.5.2-1"],
+    "datacenter-gpu-manager-4-proprietary-cuda13": ["1:4.5.2-1"],
     "datacenter-gpu-manager-exporter": ["4.6.0-1", "4.8.1-1"],
 }
 
@@ -172,8 +174,8 @@ def test_the_index_is_read_verified_and_cached(repo):
 def test_pins_come_from_the_index_not_the_snapshot(repo, tmp_path):
     loaded = _profile(tmp_path, repo)
     plan = plan_for(loaded)
-    # The snapshot's revision of 580.95.05 is not what the index carries: the index wins.
-    assert plan.pins["driver"]["cuda-drivers-580"] == "580.95.05-0ubuntu1"
+    # The revision is the index's (the committed snapshot lists none for the driver).
+    assert plan.pins["driver"]["cuda-drivers-580"] == "580.159.04-1ubuntu1"
     assert plan.pins["driver"]["nvidia-driver-pinning-580"] == "580-2ubuntu1"
     exporter = loaded.profile.dcgm.exporter.version
     assert plan.pins["dcgm_exporter"]["datacenter-gpu-manager-exporter"] in LISTED["datacenter-gpu-manager-exporter"]
@@ -183,7 +185,7 @@ def test_pins_come_from_the_index_not_the_snapshot(repo, tmp_path):
     assert f"the index at {repo.url}" in plan.origin
     v = role_vars(loaded, plan)
     assert v["provisioner_package_index"] == plan.index
-    assert v["nvidia_driver_repo_pins"]["nvidia-driver-580"] == "580.95.05-0ubuntu1"
+    assert v["nvidia_driver_repo_pins"]["nvidia-driver-580"] == "580.159.04-1ubuntu1"
 
 
 def test_a_release_the_snapshot_lacks_resolves_from_the_index(repo, tmp_path):
@@ -204,7 +206,7 @@ def test_a_version_the_index_lacks_is_refused_naming_url_date_and_neighbours(rep
     msg = str(err.value)
     assert "driver.version" in msg and "cuda-drivers-580 580.105.08" in msg and "live.yml" in msg
     assert f"the index at {repo.url} (Release Date: {DATE})" in msg
-    assert "nearest it carries: 580.95.05-0ubuntu1, 580.126.20-1ubuntu1" in msg
+    assert "nearest it carries: 580.95.05-0ubuntu1, 580.126.20-1ubuntu1, 580.159.04-1ubuntu1" in msg
 
 
 def test_a_tampered_packages_file_is_refused(repo):
@@ -261,11 +263,11 @@ def test_snapshot_mode_says_so(repo, tmp_path, monkeypatch):
 def test_check_and_verify_judge_against_the_index_last_read(repo, tmp_path):
     loaded = _profile(tmp_path, repo)
     first = plan_for(loaded)
-    repo.publish({**LISTED, "cuda-drivers-580": ["580.95.05-1ubuntu2"], "nvidia-driver-580": ["580.95.05-1ubuntu2"]})
+    repo.publish({**LISTED, "cuda-drivers-580": ["580.159.04-2ubuntu1"], "nvidia-driver-580": ["580.159.04-2ubuntu1"]})
     assert plan_for(loaded, "recorded") == first                   # the archive moved on: not drift
-    assert plan_for(loaded).pins["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu2"   # up resolves anew
+    assert plan_for(loaded).pins["driver"]["cuda-drivers-580"] == "580.159.04-2ubuntu1"   # up resolves anew
     assert os.environ.get("PROVISION_PACKAGE_INDEX") is None
-    assert packages.resolve(loaded.profile, "recorded").pins["driver"]["cuda-drivers-580"] == "580.95.05-1ubuntu2"
+    assert packages.resolve(loaded.profile, "recorded").pins["driver"]["cuda-drivers-580"] == "580.159.04-2ubuntu1"
 
 
 def test_catalogue_refresh_writes_a_dated_snapshot_of_the_index(repo, tmp_path):

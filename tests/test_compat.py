@@ -134,9 +134,6 @@ CASES = [
     ("cuda-compat-branch", "h200-train", {"cuda": {"toolkits": ["13.2"], "forward_compat": True}},
      {"driver": {"branch": 590, "version": "590.44.01"}, "cuda": {"toolkits": ["13.2"], "forward_compat": True}},
      "use an LTSB or production branch"),
-    # The tests' fixture index is complete (snapshot.method: refresh); its ubuntu2404 has CUDA 13.0 only.
-    ("flavour-cuda", "h200-train", {"os": "ubuntu-24.04"}, {"os": "ubuntu-24.04", "cuda": {"toolkits": ["12.2"]}},
-     "use CUDA 13.0, or os: ubuntu-22.04"),
     ("flavour-cudnn", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use cudnn 9.x, or os: ubuntu-22.04"),
     ("flavour-tensorrt", "l40s-infer", {}, {"os": "ubuntu-24.04"}, "use tensorrt 10.x, or os: ubuntu-22.04"),
     # GPUDirect RDMA (compat.yml gpudirect_rdma): DMA-BUF needs the open modules; nvidia-peermem
@@ -322,38 +319,12 @@ def test_package_naming_stays_gone():
     assert not hasattr(compat, "package_names")
 
 
-def test_what_a_flavour_carries_is_read_from_its_snapshot():
-    from provisioner.profiles import catalogue
-
-    from .conftest import SNAPSHOT_DIR
-
-    # No second list of CUDA releases in compat.yml: the toolkits come from the package data.
+def test_the_matrix_lists_no_cuda_toolkits_per_flavour():
+    # What CUDA a flavour carries is the index's to say (packages.resolve), never a second list.
     for flavour, carries in compat.matrix()["flavours"].items():
         assert set(carries) == {"cudnn_majors", "tensorrt_majors"}, flavour
-        cat = catalogue.load(flavour)
-        toolkits, snap = compat.snapshot_toolkits(flavour)
-        assert toolkits == tuple(sorted({f"{n.split('-')[2]}.{n.split('-')[3]}" for n in cat.packages
-                                         if n.startswith("cuda-toolkit-")}, key=compat.version)), flavour
-        assert snap == cat.snapshot
-    # The tests' fixture index (complete, method refresh) and the curated snapshot.
-    assert compat.snapshot_toolkits("ubuntu2204")[0] == ("11.8", "12.2", "12.4", "13.0")
-    assert compat.snapshot_toolkits("debian12") is None
-    for flavour in ("ubuntu2204", "ubuntu2404"):
-        real = catalogue.load(flavour, SNAPSHOT_DIR / f"{flavour}.yml")
-        assert real.snapshot["method"] == "curated"
-
-
-def test_a_curated_snapshot_refuses_no_toolkit_it_does_not_list(monkeypatch):
-    # A curated snapshot proves what it lists, not what it lacks: the live index decides.
-    from provisioner.profiles import catalogue
-
-    from .conftest import SNAPSHOT_DIR
-
     profile = build("h200-train", {"os": "ubuntu-24.04", "cuda": {"toolkits": ["12.2"]}})
-    assert "flavour-cuda" in {p.rule for p in compat.check(profile)}       # the complete fixture index
-    monkeypatch.setattr(catalogue, "CATALOGUE_DIR", SNAPSHOT_DIR)
-    assert compat.snapshot_toolkits("ubuntu2404") == ((), catalogue.load("ubuntu2404").snapshot)
-    assert "flavour-cuda" not in {p.rule for p in compat.check(profile)}   # the curated snapshot
+    assert not {p.rule for p in compat.check(profile)} & {"flavour-cuda"}
 
 
 def test_cuda_releases_without_a_recorded_floor_are_known_but_not_judged():

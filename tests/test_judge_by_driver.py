@@ -66,7 +66,7 @@ TABLE = {
     "570-nvml-mismatch": (570, FIXTURES / "nvidia-smi/errors/nvidia-smi__version-mismatch__nvml-570.124__tinygrad-open-gpu-kernel-modules-issue-47.txt",
                           "h100-train", {"driver": driver("570.124.06")}, 2, {"nvidia-smi": ("fail", "version mismatch")}),
     "580-8x-b200-table": (580, FIXTURES / "nvidia-smi/text/nvidia-smi__8x-b200__580.95.05__modal-gpu-glossary.txt",
-                          "b200-train", {}, 0,
+                          "b200-train", {"driver": driver("580.95.05")}, 0,
                           {"gpu count": "pass", "gpu model": "pass", "driver version": ("pass", "580.95.05 loaded"),
                            "gpu memory": "pass", "ecc errors": "pass"}),
     "580-exporter-8x-h100": (580, FIXTURES / "dcgm/dcgm-exporter-metrics__8x-h100-80gb-hbm3__580.105.08__sampled__aicr.prom",

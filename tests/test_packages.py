@@ -23,6 +23,16 @@ def _profile(tmp_path: Path, text: str):
 
 def test_h100_train_resolves_to_exact_repository_versions():
     plan = packages.resolve(profiles.load("h100-train").profile, "snapshot").pins
+    # The driver's exact-version Depends (its siblings, as the index lists them) are pinned with it.
+    cat = catalogue.load("ubuntu2204")
+    siblings, todo = {}, [("nvidia-driver-580", "580.159.04-1ubuntu1")]
+    while todo:
+        entry = cat.entry(*todo.pop())
+        for dep, op, want in (alt for r in entry.depends for alt in catalogue.parse_relation(r)):
+            if op == "=" and dep not in siblings:
+                siblings[dep] = want
+                todo.append((dep, want))
+    assert len(siblings) > 5 and all(plan["driver"].pop(dep) == want for dep, want in siblings.items())
     assert plan == {
         "driver": {"cuda-drivers-580": "580.159.04-1ubuntu1", "nvidia-driver-580": "580.159.04-1ubuntu1",
                    "nvidia-driver-pinning-580": "580-1ubuntu1"},

@@ -159,26 +159,6 @@ class Catalogue(_Strict):
                    or (bare.startswith(version_or_prefix) and bare[n:n + 1] in {"-", ".", "+", "~"})]
         return matches[-1] if matches else None
 
-    def check_depends(self) -> list[str]:
-        """Every Depends relation no version in the catalogue (or base package) satisfies,
-        as ``'<name> <version>: <relation>'``; [] when the catalogue is closed."""
-        bad = []
-        for name in sorted(self.packages):
-            for pkg in self.packages[name]:
-                for relation in pkg.depends:
-                    if not any(self._satisfies(alt) for alt in parse_relation(relation)):
-                        bad.append(f"{name} {pkg.version}: {relation}")
-        return bad
-
-    def _satisfies(self, alt: tuple[str, str | None, str | None]) -> bool:
-        dep, op, want = alt
-        if dep in self.base_packages:
-            return True
-        candidates = [p.version for p in self.packages.get(dep, [])]
-        candidates += [p.version for entries in self.packages.values() for p in entries
-                       if dep in p.provides and op is None]
-        return any(op is None or relation_holds(v, op, want) for v in candidates)
-
 
 # ----------------------------------------------------------------------------- loading
 

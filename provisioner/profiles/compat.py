@@ -12,7 +12,6 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Callable, Iterator
 
 from provisioner.yamlfile import load_data
@@ -460,29 +459,6 @@ def dcgm_exporter_pair(p: Profile) -> Iterator[Problem]:
 
 # --- what each flavour of NVIDIA's repository carries --------------------------------
 
-_TOOLKIT_RE = re.compile(r"^cuda-toolkit-(\d+)-(\d+)$")
-
-
-@cache
-def _snapshot_toolkits(directory: str, flavour: str) -> tuple[tuple[str, ...], dict]:
-    from provisioner.profiles import catalogue
-
-    cat = catalogue.load(flavour, Path(directory) / f"{flavour}.yml")
-    found = {(int(m[1]), int(m[2])) for name in cat.packages if (m := _TOOLKIT_RE.match(name)) and cat.versions(name)}
-    return tuple(f"{major}.{minor}" for major, minor in sorted(found)), dict(cat.snapshot or {})
-
-
-def snapshot_toolkits(flavour: str) -> tuple[tuple[str, ...], dict] | None:
-    """The CUDA releases ('12.2') whose cuda-toolkit-X-Y package the flavour's package
-    snapshot lists, oldest first, and the snapshot's block ({date, method, ...}); None
-    where the flavour has no snapshot. The one source of what a flavour carries."""
-    from provisioner.profiles import catalogue
-
-    if flavour not in catalogue.flavours():
-        return None
-    return _snapshot_toolkits(str(catalogue.CATALOGUE_DIR), flavour)
-
-
 @rule
 def flavour_carries(p: Profile) -> Iterator[Problem]:
     flavour = FLAVOUR_OF_OS.get(p.os)
@@ -490,17 +466,9 @@ def flavour_carries(p: Profile) -> Iterator[Problem]:
     if carries is None or p.cuda.source != "cuda_repo":
         return
     other = "ubuntu-22.04" if p.os != "ubuntu-22.04" else "ubuntu-24.04"
-    listed = snapshot_toolkits(flavour) if p.cuda.enabled else None
-    # A curated snapshot proves what it lists, not what it lacks: only a complete one (written
-    # from the live index by `provision catalogue refresh`) refuses what it does not list.
-    if listed is not None and listed[1].get("method") == "refresh":
-        toolkits, snap = listed
-        for cuda in p.cuda.toolkits:
-            if cuda not in toolkits:
-                yield Problem("flavour-cuda", "cuda.toolkits",
-                              f"NVIDIA's {flavour} repository has no CUDA {cuda} toolkit (cuda-toolkit-"
-                              f"{cuda.replace('.', '-')}) in its index of {snap.get('date', 'unknown date')}",
-                              f"use CUDA {' or '.join(toolkits) or 'another release'}, or os: {other}")
+    # Which CUDA toolkits a flavour carries is the index's to say, not the matrix's: render
+    # resolves cuda-toolkit-X-Y in the live index and refuses what it lacks (packages.py);
+    # `profiles validate` says offline when the snapshot lacks one (an advisory).
     for kind, key in (("cudnn", "cudnn_majors"), ("tensorrt", "tensorrt_majors")):
         lib = getattr(p, kind)
         if lib.enabled and lib.version.split(".")[0] not in carries[key]:
