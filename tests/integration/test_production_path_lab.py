@@ -25,7 +25,10 @@ What the profile changes from h100-train, and why:
   Molecule python_env scenario covers the role (venv, conda with a stand-in installer,
   checksum refusals, drift repair);
 - tensorrt: on (8.6.1.6, built for CUDA 12.x), which h100-train does not install, so that
-  the TensorRT role converges against the stand-in too.
+  the TensorRT role converges against the stand-in too;
+- the DCGM exporter at 4.6.0, the newest packaged exporter a public listing shows (the
+  stand-in carries only what a listing shows; h100-train pairs DCGM 4.5.2 with 4.8.1 as
+  NVIDIA tags them, and compat warns of the pair here).
 
 Before the converge, the same profile asking for a driver release the index lacks is
 refused before the host changes (no preferences file, no new package).
@@ -85,6 +88,9 @@ python_env:
   enabled: false
 tensorrt:
   version: 8.6.1.6
+dcgm:
+  exporter:
+    version: 4.6.0
 driver:
   version: {driver}
 fabric_manager:
