@@ -142,3 +142,12 @@ def test_an_exporter_binary_needs_its_sha256(tmp_path):
     with pytest.raises(ProvisionError) as err:
         _profile(tmp_path, "dcgm:\n  exporter:\n    binary: https://mirror.example/dcgm-exporter\n")
     assert "binary_sha256" in str(err.value)
+
+
+def test_an_nvlink5_system_installs_the_nvlink5_stack_with_fabric_manager():
+    # HGX B200: nvlink5-<branch> (the NVLink Subnet Manager and NVSwitch telemetry) at fabric
+    # manager's version; an HGX H100 (third-generation NVSwitches) does not get it.
+    b200 = packages.resolve(profiles.load("b200-train").profile, "snapshot").pins["fabric_manager"]
+    assert b200["nvlink5-580"] == b200["nvidia-fabricmanager"]
+    assert "nvlink5-580" not in packages.resolve(profiles.load("h100-train").profile, "snapshot").pins["fabric_manager"]
+    assert catalogue.load("ubuntu2204").names("nvlink5", 580) == ["nvlink5-580"]

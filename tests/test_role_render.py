@@ -116,7 +116,10 @@ def _compute(profile: str, tmp: Path, **overrides) -> tuple[dict, Path]:
 
 def test_h100_train_packages_and_files(tmp_path):
     got, out = _compute("h100-train", tmp_path)
-    assert got["driver"] == ["cuda-drivers-580", "nvidia-driver-580"]
+    # The meta-packages, then the driver's exact-version siblings the index lists (pinned with it).
+    assert {"cuda-drivers-580", "nvidia-driver-580", "libnvidia-compute-580"} <= set(got["driver"])
+    assert all(name.startswith(("cuda-drivers-", "nvidia-", "libnvidia-", "xserver-xorg-video-nvidia-"))
+               for name in got["driver"]) and "nvidia-driver-580-open" not in got["driver"]
     # Exactly the index's revision (the tests' fixture index): the Ubuntu archive's build would not match.
     assert got["driver_glob"] == "580.159.04-1ubuntu1"
     assert got["pinning_package"] == "nvidia-driver-pinning-580"
@@ -148,7 +151,8 @@ def test_l40s_infer_cuda_11_8(tmp_path):
 
 def test_mirror_and_open_modules(tmp_path):
     got, out = _compute("rtx4090-dev", tmp_path, cuda_repo_base_url="http://mirror.example/cuda/repos/")
-    assert got["driver"] == ["nvidia-driver-580-open"] and got["driver_glob"] == "580.159.04-1ubuntu1"
+    assert "nvidia-driver-580-open" in got["driver"] and got["driver_glob"] == "580.159.04-1ubuntu1"
+    assert "nvidia-dkms-580-open" in got["driver"] and "nvidia-dkms-580" not in got["driver"]
     assert "URIs: http://mirror.example/cuda/repos/ubuntu2204/x86_64/\n" in (out / "cuda.sources").read_text()
 
 

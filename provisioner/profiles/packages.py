@@ -159,6 +159,8 @@ def plan(p: Profile, cat: Catalogue) -> dict[str, Pins]:
         # finds an NVSwitch. Fabric manager means NVSwitch, and DCGM needs nscq there.
         fm = p.fabric_manager.version or p.driver.version
         names = r.names("fabric_manager", "fabric_manager.version") + r.names("nscq", "fabric_manager.version")
+        if compat.nvlink5(p):    # NVLink 5: its subnet manager and NVSwitch telemetry, at fabric manager's version
+            names += r.names("nvlink5", "fabric_manager.version")
         out["fabric_manager"] = {n: r.exact(n, fm, "fabric_manager.version") for n in names}
     if p.cuda.enabled and repo_libs:
         pins = {}
