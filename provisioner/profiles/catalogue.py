@@ -41,17 +41,13 @@ class _Strict(BaseModel):
 class PackageVersion(_Strict):
     version: str
     arch: str = "amd64"
-    depends: list[str] = Field(default_factory=list)
-    conflicts: list[str] = Field(default_factory=list)
-    provides: list[str] = Field(default_factory=list)
-    source: str | None = None
-    inferred: str | None = None
-    stand_in_files: list[str] = Field(default_factory=list)
+    depends: list[str] = Field(default_factory=list)   # from a live index (the driver's exact-version siblings)
+    source: str = ""                                   # where the name and version were seen
 
     @model_validator(mode="after")
-    def _cited_or_inferred(self) -> PackageVersion:
-        if not (self.source or self.inferred):
-            raise ValueError(f"{self.version}: give a source (where it was seen) or an inferred note (why)")
+    def _cited(self) -> PackageVersion:
+        if not self.source:
+            raise ValueError(f"{self.version}: give a source (the public listing it was seen in)")
         if not VERSION_RE.match(self.version):
             raise ValueError(f"{self.version!r} is not a Debian version")
         return self
