@@ -312,7 +312,7 @@ def test_pinned_packages_stops_before_writing_when_apt_does_not_offer_the_versio
         assert run.rc == 0, run.stdout[-3000:]
         (said,) = run.results("Say what would be installed once NVIDIA's repository is there (check mode only).")
         assert "bash=0.0-0" in said["event_data"]["res"]["msg"]
-        assert run.status(stop) == ["skipped"]
+        assert run.status(stop) in (["skipped"], [])       # ansible-core 2.15 sends no event for this skip
         return
     assert run.rc != 0
     assert run.status(stop) == ["failed"]
