@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.profiles import packages
+from provisioner.render import plan_for
 from provisioner import profiles
 
 from . import labtools
@@ -64,11 +64,13 @@ def lab(standin, tmp_path_factory):  # noqa: F811 - the fixture imported above
 @pytest.fixture(scope="module")
 def profile_files(standin, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
     repo, url = standin
-    text = PROFILE.format(url=url, key_url=f"{url}{repo.key_path}", fingerprint=repo.fingerprint)
-    text = text.replace("tensorrt:\n  version: 8.6.1.6\n", "") + LIGHT
+    text = PROFILE.format(url=url, key_url=f"{url}{repo.key_path}", fingerprint=repo.fingerprint, driver=NEW,
+                          toolkit="12.2")
+    text = text.replace("tensorrt:\n  version: 8.6.1.6\n", "").replace('cuda:\n  toolkits: ["12.2"]\n', "") + LIGHT
     folder = tmp_path_factory.mktemp("profiles")
     old_text = (text.replace("name: h100-train-lab", "name: h100-train-lab-old")
-                + f"driver:\n  version: {OLD}\nfabric_manager:\n  version: {OLD}\n")
+                .replace(f"driver:\n  version: {NEW}\n", f"driver:\n  version: {OLD}\n")
+                .replace(f"fabric_manager:\n  version: {NEW}\n", f"fabric_manager:\n  version: {OLD}\n"))
     files = {"new": text, "old": old_text,
              "off": old_text.replace("name: h100-train-lab-old", "name: h100-train-lab-nodcgm")
              + "dcgm:\n  enabled: false\n"}
@@ -164,10 +166,9 @@ def test_a_driver_change_rolls_node_by_node_rolls_back_and_a_component_turned_of
         assert record["previous"]["held_packages"][DRIVER].startswith(NEW)
 
     # 4. DCGM (and its exporter) off: check reports it, up removes it, check is clean after.
-    off = profiles.load(str(profile_files["off"])).profile
-    plan = packages.plan(profiles.load(str(profile_files["old"])).profile)
+    plan = plan_for(profiles.load(str(profile_files["old"]))).pins
     dcgm = sorted(plan["dcgm"]) + sorted(plan["dcgm_exporter"])
-    assert "dcgm" not in packages.plan(off) or not packages.plan(off)["dcgm"]
+    assert not plan_for(profiles.load(str(profile_files["off"]))).pins.get("dcgm")
     for host in (one, two):
         assert set(installed(host, dcgm)) == set(dcgm) and set(dcgm) <= _held(host)
     check = _provision("check", "--profile", str(profile_files["off"]), inv, "--runs-dir", str(runs), "--verbose")
