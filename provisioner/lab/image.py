@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from debian import deb822
+
 from provisioner.errors import ProvisionError
 
 Progress = Callable[[str], None]
@@ -118,24 +120,9 @@ def _one_line_entries(path: Path, text: str) -> list[AptEntry]:
 
 def _deb822_entries(path: Path, text: str) -> list[AptEntry]:
     out = []
-    stanzas: list[dict[str, str]] = []
-    cur: dict[str, str] = {}
-    key = None
-    for raw in text.splitlines() + [""]:
-        if raw.startswith("#"):
-            continue
-        if not raw.strip():
-            if cur:
-                stanzas.append(cur)
-            cur, key = {}, None
-            continue
-        if raw[0] in " \t" and key:
-            cur[key] += " " + raw.strip()
-            continue
-        if ":" in raw:
-            key, _, value = raw.partition(":")
-            key = key.strip().lower()
-            cur[key] = value.strip()
+    # python-debian's reader: comment lines dropped, continuation lines joined; keys as written,
+    # so they are looked up case-insensitively (apt's own rule).
+    stanzas = [{k.lower(): v for k, v in para.items()} for para in deb822.Deb822.iter_paragraphs(text)]
     for st in stanzas:
         if "deb" not in st.get("types", "").split():
             continue
