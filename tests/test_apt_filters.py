@@ -121,3 +121,12 @@ def test_installed_matching_and_as_install():
         "cuda-cudart-12-2": "12.2.140-1", "libcublas-12-2": "12.2.5.6-1"}
     assert apt.as_install(["nvidia-cuda-toolkit", "g++"], {"nvidia-cuda-toolkit": "11.8.89~11.8.0-5~deb12u1"}) == [
         "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1", "g++"]
+
+
+def test_install_pending_leaves_out_what_dpkg_has_at_its_version():
+    installed = {"nvidia-driver": "535.1-1", "dkms": "3.0", "nvidia-smi": "535.0-1"}
+    wanted = {"nvidia-driver": "535.1-1", "nvidia-smi": "535.1-1", "cuda-toolkit-12-8": "12.8.1-1"}
+    assert apt.install_pending(list(wanted), wanted, installed) == ["nvidia-smi=535.1-1", "cuda-toolkit-12-8=12.8.1-1"]
+    # a bare name is met at any version; missing ones stay
+    assert apt.install_pending(["dkms", "gcc-12"], {}, installed) == ["gcc-12"]
+    assert apt.install_pending(["nvidia-driver"], wanted, installed) == []

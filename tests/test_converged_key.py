@@ -38,3 +38,16 @@ def test_a_changed_byte_in_the_product_changes_the_digest_and_bytecode_does_not(
     task.write_text("- name: Do a thing!\n")
     assert _digest(tmp_path) != before
     assert len(converged.product_digest()) == 64
+
+
+def test_an_image_layers_on_the_image_of_the_profile_file_it_extends_never_on_a_built_in(tmp_path: Path):
+    data = Path(DRIVER_ONLY).parent
+    assert converged.parent(str(data / "lab-state-timer.yml")) == DRIVER_ONLY
+    assert converged.parent(str(data / "lab-ddp.yml")) == DRIVER_ONLY
+    assert converged.parent(DRIVER_ONLY) is None  # extends the built-in debian12-lab: the base image
+    own = tmp_path / "own.yml"
+    own.write_text("extends: h100-train\nname: own\ndescription: a user's profile on a built-in\n")
+    assert converged.parent(str(own)) is None
+    child = tmp_path / "child.yml"
+    child.write_text(f"extends: {own}\nname: child\ndescription: on a user's profile\n")
+    assert converged.parent(str(child)) == str(own)

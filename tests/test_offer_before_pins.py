@@ -9,7 +9,7 @@ flow that pins, the assert on apt's offer comes before
   - any task that writes apt preferences (dest/path under /etc/apt/preferences.d, directly
     or through a role variable, or content from the apt_preferences filter),
   - any ansible.builtin.apt install at pinned versions (as_pins / as_install, or name=version),
-  - any hold (dpkg_selections hold, apt-mark hold),
+  - any hold (apt_hold, dpkg_selections hold, apt-mark hold),
 
 and that nothing at all that changes the host comes before it. The offer assert is an
 ansible.builtin.assert whose `that` reads, directly or through set_fact, what a read-only
@@ -116,6 +116,8 @@ def installs_pinned(task: dict) -> bool:
 
 def holds(task: dict) -> bool:
     mod, args = module(task)
+    if mod == "apt_hold":
+        return isinstance(args, dict) and args.get("state", "held") == "held"
     if mod == "dpkg_selections":
         return isinstance(args, dict) and args.get("selection") == "hold"
     if mod in {"command", "shell"}:

@@ -32,6 +32,13 @@ CUDA-repository profiles) then starts and fails on a GPU-less host, and `check` 
 Images are for profiles whose enabled units run in a container (the lab's driver-only,
 state-timer and DDP profiles).
 
+Layers: a profile that extends another profile file (not a built-in) is converged on that
+profile's image, not on the base image: the image chain follows the `extends` chain, as an
+operator adds a component to hosts already converged (lab-state-timer and lab-ddp on
+lab-driver-only). Only what the child adds is converged (and committed: a thin layer), and
+the child's image stands on the same two runs as any other. The parent's image ref is part
+of the child's key, so a change to the parent makes both again.
+
 Concurrency: the CI's lab stage runs two pytest processes; the first to need an image
 makes it while the other waits on a lock file for the same key, then both use it.
 Storage: making an image for a profile removes that profile's older converged images.
@@ -141,15 +148,29 @@ def _locked(image_key: str) -> Iterator[None]:
         yield
 
 
+def parent(profile_ref: str) -> str | None:
+    """The profile file `profile_ref` extends, when it extends a file rather than a built-in:
+    its image is where `profile_ref`'s converge starts (see Layers in the module's docstring)."""
+    from provisioner import profiles
+
+    files = profiles.load(profile_ref).files
+    if len(files) > 1 and files[1].resolve().parent != profiles.BUILTIN_DIR.resolve():
+        return str(files[1])
+    return None
+
+
 def ensure(profile_ref: str, *, extra_files: Iterable[Path] = (), progress: Progress | None = None,
            runs_dir: Path | None = None) -> str:
-    """The ref of the converged image for `profile_ref`, converging a fresh host and
-    committing it first when there is none yet. A converge that does not end clean (exit 0)
-    raises ProvisionError with its verdict, and no image is made."""
+    """The ref of the converged image for `profile_ref`, converging a host (fresh, or from the
+    image of the profile file it extends) and committing it first when there is none yet. A
+    converge that does not end clean (exit 0) raises ProvisionError with its verdict, and no
+    image is made."""
     from provisioner import profiles
 
     podman.preflight()
-    base = lab_image.ensure(progress=progress)
+    above = parent(profile_ref)
+    base = (ensure(above, progress=progress, runs_dir=runs_dir) if above
+            else lab_image.ensure(progress=progress))
     extra = list(extra_files)
     image_key = key(profile_ref, base, extra)
     ref = ref_for(image_key)
@@ -159,7 +180,7 @@ def ensure(profile_ref: str, *, extra_files: Iterable[Path] = (), progress: Prog
             return ref
         name = profiles.load(profile_ref).profile.name
         t0 = time.monotonic()
-        _say(progress, f"making {ref}: converging one fresh host with profile {name!r}")
+        _say(progress, f"making {ref}: converging one host from {base} with profile {name!r}")
         with tempfile.TemporaryDirectory(prefix="provisioner-converged-") as tmp:
             workdir = Path(tmp)
             _build(profile_ref, name, image_key, ref, base, workdir, runs_dir or workdir / "runs", progress)
@@ -170,7 +191,7 @@ def ensure(profile_ref: str, *, extra_files: Iterable[Path] = (), progress: Prog
 
 def _build(profile_ref: str, name: str, image_key: str, ref: str, base: str, workdir: Path, runs_dir: Path,
            progress: Progress | None) -> None:
-    """Converge one fresh host from `base` with the profile, clean it (CLEAN) and commit it as `ref`."""
+    """Converge one host started from `base` with the profile, clean it (CLEAN) and commit it as `ref`."""
     prefix = f"cv{image_key[:8]}-{os.getpid()}"[:31]
     try:
         lab = lab_hosts.up(1, prefix, workdir / "lab", image=base, progress=progress)

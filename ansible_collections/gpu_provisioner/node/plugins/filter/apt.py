@@ -146,6 +146,14 @@ def as_install(names: list[str], versions: dict[str, str]) -> list[str]:
     return [f"{name}={versions[name]}" if versions.get(name) else name for name in names]
 
 
+def install_pending(names: list[str], versions: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """as_install's list less what dpkg has already: a package at its version, or at any
+    version where none is given. Empty means an apt call would change nothing; the roles then
+    skip it, since even a no-op apt call opens apt's whole cache (seconds, per host, per run)."""
+    return [entry for entry, name in zip(as_install(names, versions), names)
+            if name not in installed or (versions.get(name) and installed[name] != versions[name])]
+
+
 def pins_if_offered(pins: dict[str, str], avail: dict[str, list[str]]) -> dict[str, str]:
     """Each pin's version where apt offers it, "" where it does not (yet)."""
     return {name: version if version in avail.get(name, []) else "" for name, version in pins.items()}
@@ -226,6 +234,7 @@ class FilterModule:
             "kept_or_newest": kept_or_newest,
             "installed_matching": installed_matching,
             "as_install": as_install,
+            "install_pending": install_pending,
             "pins_if_offered": pins_if_offered,
             "pins_unmet": pins_unmet,
             "pins_moving": pins_moving,
