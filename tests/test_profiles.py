@@ -90,12 +90,28 @@ def test_extends_resolves_a_relative_path_from_the_child_file(tmp_path: Path):
     assert profiles.load(str(tmp_path / "site" / "node.yml")).profile.hardware.gpu.model == "Tesla T4"
 
 
-def test_child_does_not_inherit_name_or_description(tmp_path: Path):
+def test_child_inherits_the_description_but_not_the_name(tmp_path: Path):
     child = tmp_path / "c.yml"
     child.write_text("extends: h100-train\nname: c\n")
+    loaded = profiles.load(str(child))
+    assert loaded.profile.name == "c"
+    assert loaded.profile.description == profiles.load("h100-train").profile.description
+    child.write_text("extends: h100-train\nname: c\ndescription: my own\n")
+    assert profiles.load(str(child)).profile.description == "my own"
+    child.write_text("extends: h100-train\ndescription: my own\n")
     with pytest.raises(ProvisionError) as err:
         profiles.load(str(child))
-    assert "description: required setting is missing" in str(err.value)
+    assert "name: required setting is missing" in str(err.value)
+
+
+@pytest.mark.parametrize("ref", ["{folder}", "{folder}/", "{folder}/../{folder}"])
+def test_a_folder_given_as_the_profile_is_named_as_one(tmp_path: Path, monkeypatch, ref: str):
+    (tmp_path / "site").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProvisionError) as err:
+        profiles.load(ref.format(folder="site"))
+    assert "is a folder, not a profile file" in str(err.value)
+    assert "inside it" in err.value.fix
 
 
 def test_resolved_yaml_round_trips_to_the_same_profile(tmp_path: Path):

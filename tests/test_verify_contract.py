@@ -1,8 +1,8 @@
 """Contract tests: judge() fed exactly what gpu_probe returns, from a real probe run on this
 GPU-less machine (ansible-runner, connection local) and from real captures arranged in the
 probe's output shape (the probe's own command lines: nvidia-smi -q -x, topo -m, nvlink -s,
-the kernel log). Every check README's "What verify judges" lists must come out of judge(),
-and every judge function in verify.py must be reached from judge()."""
+the kernel log). Every check the manual's "What verify judges" (docs/verify.md) lists must come
+out of judge(), and every judge function in verify.py must be reached from judge()."""
 
 from __future__ import annotations
 
@@ -165,14 +165,14 @@ def test_every_judge_in_verify_is_reached_from_judge(shapes, monkeypatch):
     assert set(judges) - reached == set(), "judges in verify.py that judge() never reaches"
 
 
-def _readme_checks() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("### What verify judges", 1)[1].split("\n#", 1)[0]
+def _manual_checks() -> list[str]:
+    text = (REPO / "docs" / "verify.md").read_text()
+    section = text.split("## What verify judges", 1)[1].split("\n#", 1)[0]
     return re.findall(r"^\| `([^`]+)` \|", section, re.M)
 
 
-def test_every_check_the_readme_lists_comes_out_of_judge(shapes):
-    listed = _readme_checks()
+def test_every_check_the_manual_lists_comes_out_of_judge(shapes):
+    listed = _manual_checks()
     assert len(listed) >= 15
     seen = set()
     for p, shape in shapes.values():
@@ -186,7 +186,7 @@ def test_every_check_the_readme_lists_comes_out_of_judge(shapes):
     seen |= {c.name for c in verify.judge(h100, {**probe_shape(None), **opt_in, "exporter": {
         "body": (REPO / "tests/data/fixtures/dcgm/dcgm-exporter-metrics__tesla-t4__460.106.00+470.182.03__datakit.prom"
                  ).read_text() if False else "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 30\n"}})}
-    assert set(listed) - seen == set(), "README lists checks that no contract shape produces through judge()"
+    assert set(listed) - seen == set(), "docs/verify.md lists checks that no contract shape produces through judge()"
 
 
 def test_an_exception_inside_one_hosts_judging_fails_that_host_only(monkeypatch):

@@ -53,7 +53,7 @@ def report_command(
     junit: Junit = None,
     as_json: Json = False,
     force: Force = False,
-    verbose: Verbose = False,
+    verbose: Verbose = 0,
 ) -> None:
     """Show a past run's report again (from its report.json); --html writes it as a web page."""
     from provisioner.reports import report

@@ -16,7 +16,11 @@ import typer
 from provisioner.cli.app import Session, app, friendly, session
 from provisioner.engine.rolling import HOOK_TIMEOUT
 from provisioner.errors import ProvisionError
-from provisioner.cli.options import Fleet, FleetOptions, Force, InventoryArg, Output, Profile, fleet_options
+from provisioner.cli.options import (Fleet, FleetOptions, Force, InventoryArg, Output, Profile, ansible_verbosity,
+                                     fleet_options)
+
+# up's own options, grouped in its help beside the fleet options' panels (cli/options.py).
+CONVERGE_PANEL, ROLLING_PANEL = "How up converges", "Rolling changes and rollback"
 
 
 def _warn_dropped(s: Session, target, *, strict: bool = False) -> None:
@@ -84,7 +88,7 @@ def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet
     _warn_dropped(s, target, strict=strict)
     beat = heartbeat_seconds()
     become = fleet.become.prompted()
-    with Progress(s.err if fleet.as_json else s.out, heartbeat=beat) as progress:
+    with ansible_verbosity(fleet.verbose), Progress(s.err if fleet.as_json else s.out, heartbeat=beat) as progress:
         report = commands.execute(command, target, runs_dir=fleet.runs_dir, limit=fleet.limit, forks=fleet.forks,
                                   batch=fleet.batch, max_fail=fleet.max_fail, hook=progress, become=become,
                                   **options)
@@ -93,7 +97,7 @@ def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet
 
 
 def show(s: Session, report, as_json: bool, junit: Path | None, html: Path | None = None, *,
-         force: bool = False, verbose: bool = False) -> None:
+         force: bool = False, verbose: int = 0) -> None:
     """The report as a summary for people (or JSON on stdout), and the files asked for beside it."""
     from provisioner.reports.table import render_table
 
@@ -146,24 +150,28 @@ def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet:
 @fleet_options()
 def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
        full: Annotated[bool, typer.Option("--full", help="Converge every host, even one preflight finds exactly "
-                                                         "as its last converge with this profile left it.")] = False,
+                                                         "as its last converge with this profile left it.",
+                                          rich_help_panel=CONVERGE_PANEL)] = False,
        strict: Annotated[bool, typer.Option("--strict", help="Refuse a profile with warnings (an end-of-life "
-                                                             "driver branch) before touching any host.")] = False,
+                                                             "driver branch) before touching any host.",
+                                            rich_help_panel=CONVERGE_PANEL)] = False,
        drain: Annotated[Optional[str], typer.Option("--drain", help="Rolling change: run CMD on this machine for each "
                         "host before its batch is converged ({host} is replaced by the shell-quoted name; "
-                        "PROVISION_HOST is set). Needs --batch.")] = None,
+                        "PROVISION_HOST is set). Needs --batch.", rich_help_panel=ROLLING_PANEL)] = None,
        undrain: Annotated[Optional[str], typer.Option("--undrain", help="Run CMD for each host of a batch once it "
-                          "verified and passed the gate.")] = None,
+                          "verified and passed the gate.", rich_help_panel=ROLLING_PANEL)] = None,
        gate: Annotated[Optional[str], typer.Option("--gate", help="Run CMD for each host after its batch verified, "
-                       "before undrain; a non-zero exit fails the batch.")] = None,
+                       "before undrain; a non-zero exit fails the batch.", rich_help_panel=ROLLING_PANEL)] = None,
        hook_timeout: Annotated[float, typer.Option("--hook-timeout", min=1, help="Seconds a drain, gate or undrain "
-                               "command may run before it is killed and counts as failed.")] = HOOK_TIMEOUT,
+                               "command may run before it is killed and counts as failed.",
+                               rich_help_panel=ROLLING_PANEL)] = HOOK_TIMEOUT,
        resume: Annotated[Optional[Path], typer.Option("--resume", help="Resume the rollout that stopped in this run "
                          "folder: its failed and untouched hosts, with its batch, max-fail and hooks unless "
-                         "given again.")] = None,
+                         "given again.", rich_help_panel=ROLLING_PANEL)] = None,
        rollback: Annotated[bool, typer.Option("--rollback", help="Return the hosts to the profile they ran before "
                            "their last change (kept in each host's state record): its held versions, files and "
-                           "units. --profile names the profile they run now. Works with --batch/--drain/--gate.")]
+                           "units. --profile names the profile they run now. Works with --batch/--drain/--gate.",
+                           rich_help_panel=ROLLING_PANEL)]
        = False) -> None:
     """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
 
@@ -188,8 +196,9 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
         from provisioner.engine.rollback import previous_profile
 
         validated = replace(validated, become=validated.become.prompted())  # asked once, for the read and the converge
-        back = previous_profile(commands.prepare(profile, inventory), validated.runs_dir, limit=validated.limit,
-                                forks=validated.forks, become=validated.become)
+        with ansible_verbosity(validated.verbose):
+            back = previous_profile(commands.prepare(profile, inventory), validated.runs_dir, limit=validated.limit,
+                                    forks=validated.forks, become=validated.become)
         session(ctx).say(f"rollback: {len(back.hosts)} host(s) back to profile {back.profile!r} (sha256 "
                          f"{back.sha256[:12]}), from their state records: {back.path}", to_err=validated.as_json)
         profile = str(back.path)
@@ -208,5 +217,13 @@ def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: 
 
     Names every managed package, hold, file and unit that moved since, and the profile's change.
 
-    --deep runs the converge in check mode with diffs instead (slower)."""
+    --deep runs the converge in check mode with diffs instead (slower); only --deep takes --batch
+    and --max-fail."""
+    if not deep and (fleet.batch is not None or fleet.max_fail is not None):
+        # Plain check reads every host's record in one call per host, all hosts at once: batches
+        # would change nothing but its speed, so taking the options and ignoring them misleads.
+        raise ProvisionError("plain check works on every host at once; --batch and --max-fail apply to check --deep",
+                             where="--batch" if fleet.batch is not None else "--max-fail",
+                             fix="drop --batch/--max-fail, or add --deep to run the converge in check mode batch by "
+                                 "batch")
     talk_to_hosts(session(ctx), "check", profile, inventory, fleet.fleet(), deep=deep)

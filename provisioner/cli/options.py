@@ -7,8 +7,10 @@ validated, from the command to the engine instead of a list of positional parame
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -22,27 +24,43 @@ from provisioner.errors import ProvisionError
 
 Profile = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name or path to a profile file.")]
 InventoryArg = Annotated[Path, typer.Argument(help="Ansible inventory: hosts.ini or a YAML inventory.")]
-Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).")]
-Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, help="Hosts worked on in parallel.")]
-Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.")]
+# The help panels the fleet options are grouped under (`provision up --help` has 21 options).
+HOSTS_PANEL, OUTPUT_PANEL, BECOME_PANEL = "Which hosts, how many at a time", "Output and records", "Becoming root"
+Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).",
+                                              rich_help_panel=HOSTS_PANEL)]
+Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, help="Hosts worked on in parallel.",
+                                              rich_help_panel=HOSTS_PANEL)]
+Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.",
+                                    rich_help_panel=OUTPUT_PANEL)]
 RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR",
-                                       help="Where run records are kept.")]
-Batch = Annotated[Optional[str], typer.Option("--batch", help="Work on N hosts (or P%) at a time, like Ansible's serial.")]
+                                       help="Where run records are kept.", rich_help_panel=OUTPUT_PANEL)]
+Batch = Annotated[Optional[str], typer.Option("--batch", help="Work on N hosts (or P%) at a time, like Ansible's serial.",
+                                              rich_help_panel=HOSTS_PANEL)]
 MaxFail = Annotated[Optional[str], typer.Option("--max-fail", help="Abandon the remaining batches once more than P% "
-                                                "of a batch failed (default: never).")]
+                                                "of a batch failed (default: never).", rich_help_panel=HOSTS_PANEL)]
 Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write the report as JUnit XML to this file "
-                                               "(one testcase per host per check, for CI).")]
-Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show every host and every check (default: a "
-                                       "summary line and one line per host that is not ok).")]
+                                               "(one testcase per host per check, for CI).",
+                                               rich_help_panel=OUTPUT_PANEL)]
+# Counted, as Ansible counts it: -v every host and every check, -vv also every changed task,
+# -vvv and more also Ansible's own verbosity in the run record (artifacts/<playbook>/stdout).
+Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, help="-v: show every host and every check "
+                                      "(default: a summary line and one line per host that is not ok); -vv: also "
+                                      "every changed task; -vvv (or more v's): also run Ansible with that "
+                                      "verbosity, its output in the run record.", rich_help_panel=OUTPUT_PANEL)]
+ANSIBLE_VERBOSE_FROM = 3  # -vvv: where Ansible's own verbosity starts, as `ansible-playbook -vvv`
 Output = Annotated[Path, typer.Option("--output", "-o", help="Folder to write into.")]
 AskBecomePass = Annotated[bool, typer.Option("--ask-become-pass", "-K", help="Ask for the password the plays' "
-                                             "become (sudo) needs; it is kept in memory only.")]
+                                             "become (sudo) needs; it is kept in memory only.",
+                                             rich_help_panel=BECOME_PANEL)]
 BecomePasswordFile = Annotated[Optional[Path], typer.Option(
-    "--become-password-file", help="A file holding the become password (for cron and CI; keep it owner-only).")]
-BecomeMethod = Annotated[str, typer.Option("--become-method", help="How the plays gain root: sudo, su, doas, ...")]
+    "--become-password-file", help="A file holding the become password (for cron and CI; keep it owner-only).",
+    rich_help_panel=BECOME_PANEL)]
+BecomeMethod = Annotated[str, typer.Option("--become-method", help="How the plays gain root: sudo, su, doas, ...",
+                                           rich_help_panel=BECOME_PANEL)]
 BECOME_METHODS = ("sudo", "su", "doas", "pbrun", "pfexec", "dzdo", "ksu", "runas", "machinectl", "sesu")
 Force = Annotated[bool, typer.Option("--force", help="Replace output files provision did not write, write into a "
-                                     "non-empty folder, or replace a symbolic link (never a device or a folder).")]
+                                     "non-empty folder, or replace a symbolic link (never a device or a folder).",
+                                     rich_help_panel=OUTPUT_PANEL)]
 DEFAULT_RUNS_DIR = Path("provision-runs")
 
 
@@ -71,7 +89,7 @@ class FleetOptions:
     ask_become_pass: bool = False
     become_password_file: Path | None = None
     become_method: str = "sudo"
-    verbose: bool = False
+    verbose: int = 0
 
     def fleet(self, **changes: Any) -> Fleet:
         """Validated: refused here, before any host is touched (`changes`: values a stopped
@@ -122,7 +140,7 @@ class Fleet:
     junit: Path | None = None
     force: bool = False
     become: Become = field(default_factory=Become)
-    verbose: bool = False
+    verbose: int = 0  # how many -v: see Verbose
 
 
 def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:
@@ -144,6 +162,24 @@ def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:
                                  fix="create it (owner-only, the password on one line) or use --ask-become-pass") from None
         return Become(method, path.resolve())
     return Become(method, ask=ask)
+
+
+@contextlib.contextmanager
+def ansible_verbosity(verbose: int):
+    """-vvv and more: Ansible runs with that verbosity (ANSIBLE_VERBOSITY reaches every
+    playbook ansible-runner starts, which inherits this environment) while the command runs."""
+    if verbose < ANSIBLE_VERBOSE_FROM:
+        yield
+        return
+    before = os.environ.get("ANSIBLE_VERBOSITY")
+    os.environ["ANSIBLE_VERBOSITY"] = str(verbose)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ANSIBLE_VERBOSITY", None)
+        else:
+            os.environ["ANSIBLE_VERBOSITY"] = before
 
 
 def parse_batch(value: str | None) -> str | None:

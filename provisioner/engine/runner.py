@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from provisioner import paths
+from provisioner.errors import ProvisionError
 
 EventHook = Callable[[dict[str, Any]], None]
 
@@ -40,8 +41,20 @@ class Become:
         if not self.ask or self.password is not None:
             return self
         import getpass
+        import warnings
 
-        return replace(self, password=getpass.getpass(f"BECOME password ({self.method}): "))
+        # Without a terminal getpass reads standard input (a password piped in still works)
+        # and warns that it cannot hide the echo; with nothing there, say why and what to use.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", getpass.GetPassWarning)
+            try:
+                password = getpass.getpass(f"BECOME password ({self.method}): ")
+            except EOFError:
+                raise ProvisionError("--ask-become-pass found no terminal to ask on and no password on standard "
+                                     "input", where="--ask-become-pass",
+                                     fix="use --become-password-file FILE (the password on one line, the file "
+                                         "owner-only) for cron, CI and other runs without a terminal") from None
+        return replace(self, password=password)
 
     def cmdline(self) -> list[str]:
         args = ["--become-method", self.method]

@@ -31,15 +31,25 @@ def builtin_names() -> list[str]:
 
 def find(ref: str, relative_to: Path | None = None) -> Path:
     """The file a profile reference names: a path if it looks like one, else a built-in."""
+    if ref.endswith(".ini"):  # the arguments swapped: an INI file is always an inventory
+        raise ProvisionError("an .ini file is an Ansible inventory, not a profile", where=ref,
+                             fix="pass the profile with --profile and the inventory as the argument: "
+                                 "provision up --profile PROFILE hosts.ini")
     looks_like_path = "/" in ref or ref.endswith((".yml", ".yaml"))
     if looks_like_path:
         path = Path(ref).expanduser()
         if relative_to is not None and not path.is_absolute():
             path = relative_to / path
+        if path.is_dir():
+            raise ProvisionError("the profile is a folder, not a profile file", where=str(path),
+                                 fix="name the profile's .yml file inside it")
         if not path.is_file():
             raise ProvisionError("profile file not found", where=str(path),
                                  fix="check the path, or name a built-in profile (provision profiles)")
         return path
+    if Path(ref).is_dir():  # `-p site` with a folder named site here: say so, not "unknown profile"
+        raise ProvisionError("the profile is a folder, not a profile file", where=ref,
+                             fix="name the profile's .yml file inside it, or a built-in profile (provision profiles)")
     path = BUILTIN_DIR / f"{ref}.yml"
     if not path.is_file():
         raise ProvisionError(f"unknown profile {ref!r}",
@@ -97,8 +107,9 @@ def _raw_chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, tuple[Pat
     if not isinstance(parent_ref, str):
         raise ProvisionError("extends: takes one profile name or path", where=f"{path}:{line_of(path, ('extends',))}")
     parent_data, parent_files = _raw_chain(find(parent_ref, relative_to=path.parent), (*seen, path))
-    # The child's own name and description never come from the parent.
-    parent_data = {k: v for k, v in parent_data.items() if k not in ("name", "description")}
+    # The child's name never comes from the parent: two profiles with one name would share
+    # run folders and state records. Its description does, unless the child writes its own.
+    parent_data = {k: v for k, v in parent_data.items() if k != "name"}
     return deep_merge(parent_data, data), (path, *parent_files)
 
 

@@ -56,13 +56,16 @@ class GPU(Strict):
 
 
 class Hardware(Strict):
-    gpu: GPU
-    interconnect: Literal["none", "pcie", "nvlink", "nvswitch"] = "pcie"
-    min_cpu_cores: int = Field(1, ge=1)
-    min_ram_gib: int = Field(1, ge=1)
+    gpu: GPU = Field(description="the GPUs every host must have")
+    interconnect: Literal["none", "pcie", "nvlink", "nvswitch"] = Field(
+        "pcie", description="how the GPUs connect: nvswitch turns fabric manager on (auto); nvlink and nvswitch make "
+                            "verify check the NVLink topology and links")
+    min_cpu_cores: int = Field(1, ge=1, description="the fewest CPU cores (vCPUs) preflight accepts")
+    min_ram_gib: int = Field(1, ge=1, description="the least memory preflight accepts, GiB")
     min_free_disk_gib: int = Field(20, ge=0, description="free space on / needed to install the stack")
-    nvme: bool = False
-    infiniband: bool = False
+    nvme: bool = Field(False, description="preflight expects an NVMe device on every host")
+    infiniband: bool = Field(False, description="the hosts have InfiniBand: preflight and verify check the ports, "
+                                                "the network role installs the RDMA stack")
 
 
 OS = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
@@ -75,11 +78,15 @@ Source = Literal["cuda_repo", "distro"]
 
 
 class Driver(Strict):
-    branch: int = Field(ge=400, le=999)
-    version: DriverVersion
-    source: Source = "cuda_repo"
-    kernel_modules: Literal["proprietary", "open"] = "proprietary"
-    persistence: bool = True
+    branch: int = Field(ge=400, le=999, description="the driver branch (535, 580, ...); version must be in it")
+    version: DriverVersion = Field(description="the exact driver version; resolved to the exact package revision "
+                                               "the repository carries before any host is touched")
+    source: Source = Field("cuda_repo", description="cuda_repo: NVIDIA's CUDA repository; distro: the "
+                                                    "distribution's own archive")
+    kernel_modules: Literal["proprietary", "open"] = Field(
+        "proprietary", description="NVIDIA's proprietary or open kernel modules (open: Turing and newer; required on "
+                                   "Blackwell)")
+    persistence: bool = Field(True, description="keep persistence mode on (nvidia-persistenced)")
     hold_kernel: bool = Field(
         False, description="hold the installed kernel packages and fence them from unattended-upgrades, so no "
                            "kernel arrives before the module is built for it")
@@ -109,7 +116,8 @@ class FabricManager(Strict):
 class Cuda(Strict):
     enabled: bool = Field(True, description="false: driver-only hosts (containers bring their own CUDA)")
     source: Source | None = Field(None, description="defaults to driver.source")
-    toolkits: list[CudaVersion] = Field(min_length=1)
+    toolkits: list[CudaVersion] = Field(min_length=1, description="the CUDA toolkits to install; from the distro "
+                                                                    "source only the one the archive carries")
     default: CudaVersion | None = Field(None, description="the one /usr/local/cuda points at; first toolkit if left out")
     forward_compat: bool = Field(
         False, description="run toolkits newer than the driver through NVIDIA's cuda-compat package "
@@ -127,8 +135,10 @@ class Cuda(Strict):
 
 
 class Library(Strict):
-    enabled: bool = True
-    version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+(\.\d+)?$")
+    enabled: bool = Field(True, description="install it (a section left out of the profile is off)")
+    version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+(\.\d+)?$",
+                                description="the upstream version, resolved to the exact package revision; "
+                                            "required when enabled")
 
     @model_validator(mode="after")
     def _version_when_enabled(self) -> Library:
@@ -140,7 +150,7 @@ class Library(Strict):
 class Nccl(Library):
     tests: bool = Field(False, description="build nccl-tests (all_reduce_perf) for verification")
     tests_source: UrlOrPath | None = Field(None, description="URL or path of the nccl-tests source tarball")
-    tests_sha256: Sha256 | None = None
+    tests_sha256: Sha256 | None = Field(None, description="sha256 of tests_source (required with tests)")
 
     @model_validator(mode="after")
     def _tests_need_a_checked_source(self) -> Nccl:
@@ -152,23 +162,24 @@ class Nccl(Library):
 
 
 class Torch(Strict):
-    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="the PyTorch release, pinned exactly")
     index: str | None = Field(None, pattern=r"^(cpu|cu\d{3})$", description="wheel flavour; chosen from CUDA when left out")
     packages: list[PipRequirement] = Field(default_factory=list, description="more wheels from the same index, e.g. torchvision==0.16.2")
 
 
 class PythonEnv(Strict):
-    enabled: bool = True
-    manager: Literal["conda", "venv"] = "conda"
+    enabled: bool = Field(True, description="build the Python environment (a section left out of the profile is off)")
+    manager: Literal["conda", "venv"] = Field("conda", description="conda (Miniforge) or venv (the system Python)")
     python: str | None = Field(None, pattern=r"^3\.\d{1,2}$", description="defaults to the OS's system Python")
     name: str = Field("pytorch_env", pattern=ENV_NAME, description="the environment's folder name (no /, not . or ..)")
     prefix: OwnedDir = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
-    owner: str = Field("root", pattern=USER_NAME)
+    owner: str = Field("root", pattern=USER_NAME, description="the user who owns the environment")
     conda_installer: UrlOrPath | None = Field(None, description="Miniforge installer URL or path")
-    conda_installer_sha256: Sha256 | None = None
-    conda_packages: list[CondaSpec] = Field(default_factory=list)
+    conda_installer_sha256: Sha256 | None = Field(None, description="sha256 of conda_installer (required for conda)")
+    conda_packages: list[CondaSpec] = Field(default_factory=list, description="conda packages for the environment, "
+                                                                              "from mirrors.conda_channels")
     packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after torch")
-    torch: Torch | None = None
+    torch: Torch | None = Field(None, description="PyTorch from its wheel index (left out: no torch)")
 
     @model_validator(mode="after")
     def _conda_needs_its_installer(self) -> PythonEnv:
@@ -181,9 +192,9 @@ class PythonEnv(Strict):
 
 
 class Exporter(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="run dcgm-exporter")
     listen_address: IPAddress = Field("127.0.0.1", description="0.0.0.0 only when you mean every interface")
-    port: int = Field(9400, ge=1, le=65535)
+    port: int = Field(9400, ge=1, le=65535, description="the port dcgm-exporter listens on")
     collectors: list[Annotated[str, Field(pattern=COLLECTOR)]] = Field(
         default_factory=lambda: [
             "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
@@ -191,14 +202,16 @@ class Exporter(Strict):
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         ],
         min_length=1,
+        description="the DCGM fields the exporter serves",
     )
-    run_as: Literal["systemd", "container"] = "systemd"
+    run_as: Literal["systemd", "container"] = Field(
+        "systemd", description="systemd: our hardened unit (the role does not support container yet)")
     version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(-\d+)?$")] | None = Field(
         None, description="the packaged exporter's version (datacenter-gpu-manager-exporter); defaults to the "
                           "newest in the catalogue")
     binary: UrlOrPath | None = Field(None, description="a dcgm-exporter binary URL or path instead of NVIDIA's "
                                                         "package (the fallback where the repository has none)")
-    binary_sha256: Sha256 | None = None
+    binary_sha256: Sha256 | None = Field(None, description="sha256 of binary (required with binary)")
 
 
 def _exporter_binary_checked(ex: Exporter) -> Exporter:
@@ -208,11 +221,12 @@ def _exporter_binary_checked(ex: Exporter) -> Exporter:
 
 
 class Dcgm(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="install DCGM (nv-hostengine); only NVIDIA's CUDA repository has it")
     version: Annotated[str, Field(pattern=r"^[34]\.\d+\.\d+$")] | None = Field(
         None, description="DCGM release (4.5.2; 3.x is datacenter-gpu-manager); defaults to the newest the "
                           "repository flavour's catalogue has. Pinned exactly and held either way")
-    exporter: Annotated[Exporter, AfterValidator(_exporter_binary_checked)] = Field(default_factory=Exporter)
+    exporter: Annotated[Exporter, AfterValidator(_exporter_binary_checked)] = Field(
+        default_factory=Exporter, description="dcgm-exporter, serving DCGM's metrics to Prometheus")
 
 
 class Mirrors(Strict):
@@ -230,13 +244,15 @@ class Mirrors(Strict):
         None, description="the key's fingerprint, 40 upper-case hex digits; the key is refused unless it matches "
                           "(default: NVIDIA's EB693B3035CD5710E231E123A4B469963BF863CC)")
     apt_proxy: WebUrl | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
-    pip_index_url: WebUrl | None = None
+    pip_index_url: WebUrl | None = Field(None, description="pip index for the environment's packages (torch comes "
+                                                         "from torch_index_url)")
     pip_find_links: UrlOrPath | None = Field(None, description="local wheelhouse folder or URL; used before any index")
     wheelhouse_source: ControllerPath | None = Field(
         None, description="folder of wheels on the controller, copied to each host's find-links folder; "
                           "torch is then taken from it (it must hold the torch wheel), not from the PyTorch index")
     torch_index_url: WebUrl | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
-    conda_channels: list[CondaChannel] = Field(default_factory=lambda: ["conda-forge"])
+    conda_channels: list[CondaChannel] = Field(default_factory=lambda: ["conda-forge"],
+                                               description="conda channels, in order")
     download_base_url: WebUrl | None = Field(None, description="where single-file downloads are mirrored")
     ca_certificates: list[ControllerPath] = Field(default_factory=list, description="extra CA certificate files (PEM) to trust")
 
@@ -245,7 +261,7 @@ class Verify(Strict):
     nccl_min_busbw_gbps: float | None = Field(
         None, ge=0, description="all_reduce_perf bus bandwidth floor at the largest message size, GB/s")
     require_idle_gpus: bool = Field(False, description="fail when compute processes hold the GPUs")
-    require_persistence_mode: bool = True
+    require_persistence_mode: bool = Field(True, description="fail a GPU whose persistence mode is off")
     require_ecc: bool | None = Field(None, description="None: report ECC without judging it")
     ecc_uncorrectable_max: int | None = Field(
         None, ge=0, description="volatile uncorrectable ECC errors tolerated (None: the SKU's, data/gpu_skus.yml)")
@@ -270,7 +286,7 @@ class Network(Strict):
     duration_s: int = Field(5, ge=1, le=60, description="seconds each iperf3 test runs")
     pairing: Literal["ring", "sample"] = Field("ring", description="ring: each host to the next (N pairs); "
                                                                  "sample: a random ring cut to sample_pairs")
-    sample_pairs: int = Field(16, ge=1, le=4096)
+    sample_pairs: int = Field(16, ge=1, le=4096, description="how many pairs pairing: sample tests")
     ethernet_gbps: float | None = Field(None, gt=0, description="the hosts' declared ethernet speed, Gb/s")
     min_gbps: float | None = Field(None, gt=0, description="floor for each pair's iperf3 bandwidth, Gb/s "
                                                              "(default: 0.7 x ethernet_gbps)")
@@ -280,7 +296,7 @@ class Network(Strict):
         "auto", description="how InfiniBand HCAs reach GPU memory (hardware.infiniband): auto = DMA-BUF where "
                             "it works (open modules, R515+, Linux 5.12+), else nvidia-peermem where the kernel "
                             "has the peer-memory interface, else off; see compat.yml gpudirect_rdma")
-    ddp: Ddp = Field(default_factory=Ddp)
+    ddp: Ddp = Field(default_factory=Ddp, description="the job verify --ddp runs")
 
     @property
     def floor_gbps(self) -> float | None:
@@ -290,7 +306,7 @@ class Network(Strict):
 
 class Reboot(Strict):
     allowed: bool = Field(False, description="may the play reboot hosts that need it")
-    timeout_s: int = Field(900, ge=60)
+    timeout_s: int = Field(900, ge=60, description="seconds a reboot may take before the host fails")
 
 
 class StateTimer(Strict):
@@ -303,33 +319,44 @@ class NodeExporter(Strict):
         "present", description="install: Debian's/Ubuntu's prometheus-node-exporter; present: the site runs one")
     listen_address: IPAddress = Field("127.0.0.1", description="where the installed node_exporter listens; "
                                                                "0.0.0.0 only when you mean every interface")
-    port: int = Field(9100, ge=1, le=65535)
+    port: int = Field(9100, ge=1, le=65535, description="the port node_exporter listens on")
 
 
 class Monitoring(Strict):
-    state_timer: StateTimer = Field(default_factory=StateTimer)
-    node_exporter: NodeExporter = Field(default_factory=NodeExporter)
+    state_timer: StateTimer = Field(default_factory=StateTimer, description="the node's own drift and health check "
+                                                                            "(provision-state.timer)")
+    node_exporter: NodeExporter = Field(default_factory=NodeExporter, description="node_exporter, which serves the "
+                                                                                  "timer's textfile to Prometheus")
 
 
 class Profile(Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    description: SingleLine
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="the profile's name (run folders and state "
+                                                                    "records carry it); never inherited")
+    description: SingleLine = Field(description="one line saying what the profile is for; inherited through "
+                                                "extends unless the profile gives its own")
     extends: SingleLine | None = Field(None, description="a built-in name or a path relative to this file")
-    os: OS = "ubuntu-22.04"
-    hardware: Hardware
-    driver: Driver
-    fabric_manager: FabricManager = Field(default_factory=FabricManager)
-    cuda: Cuda
-    cudnn: Library = Field(default_factory=lambda: Library(enabled=False))
-    nccl: Nccl = Field(default_factory=lambda: Nccl(enabled=False))
-    tensorrt: Library = Field(default_factory=lambda: Library(enabled=False))
-    python_env: PythonEnv = Field(default_factory=lambda: PythonEnv(enabled=False))
-    dcgm: Dcgm = Field(default_factory=Dcgm)
-    mirrors: Mirrors = Field(default_factory=Mirrors)
-    verify: Verify = Field(default_factory=Verify)
-    reboot: Reboot = Field(default_factory=Reboot)
-    network: Network = Field(default_factory=Network)
-    monitoring: Monitoring = Field(default_factory=Monitoring)
+    os: OS = Field("ubuntu-22.04", description="the hosts' system: ubuntu-22.04 or ubuntu-24.04 (the targets), "
+                                               "debian-12 (Debian's own archive, and the lab)")
+    hardware: Hardware = Field(description="what every host must have: preflight and verify check it")
+    driver: Driver = Field(description="the NVIDIA driver")
+    fabric_manager: FabricManager = Field(default_factory=FabricManager, description="NVIDIA Fabric Manager "
+                                                                                     "(NVSwitch systems)")
+    cuda: Cuda = Field(description="the CUDA toolkits")
+    cudnn: Library = Field(default_factory=lambda: Library(enabled=False), description="cuDNN (off when left out)")
+    nccl: Nccl = Field(default_factory=lambda: Nccl(enabled=False), description="NCCL and nccl-tests (off when "
+                                                                               "left out)")
+    tensorrt: Library = Field(default_factory=lambda: Library(enabled=False), description="TensorRT (off when "
+                                                                                          "left out)")
+    python_env: PythonEnv = Field(default_factory=lambda: PythonEnv(enabled=False),
+                                  description="the Python environment with PyTorch (off when left out)")
+    dcgm: Dcgm = Field(default_factory=Dcgm, description="DCGM and dcgm-exporter")
+    mirrors: Mirrors = Field(default_factory=Mirrors, description="where packages come from: only mirrored and "
+                                                                  "air-gapped sites set these")
+    verify: Verify = Field(default_factory=Verify, description="what verify demands beyond the hardware section")
+    reboot: Reboot = Field(default_factory=Reboot, description="whether the plays may reboot hosts")
+    network: Network = Field(default_factory=Network, description="what verify --network and --ddp measure")
+    monitoring: Monitoring = Field(default_factory=Monitoring, description="the node's own timer and "
+                                                                           "node_exporter")
     inventory_overrides: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
         description="role variables this profile renders that a site may still set per host or group in its "

@@ -187,14 +187,30 @@ def _load_vars_file(loader, path: Path) -> dict[str, Any]:
     return data
 
 
+# Top-level keys only a profile has: an inventory's top level names groups, and no group
+# is called `hardware` or `driver` by accident next to `name` and `description`.
+_PROFILE_KEYS = {"extends", "hardware", "driver", "cuda"}
+
+
+def _refuse_a_profile(path: Path, content: object) -> None:
+    """A profile passed where the inventory goes (the arguments swapped, or -p forgotten):
+    Ansible would read its sections as groups, warn once per key and find no host."""
+    if isinstance(content, dict) and "name" in content and _PROFILE_KEYS & set(content):
+        raise ProvisionError("this is a profile, not an inventory", where=str(path),
+                             fix=f"pass it as --profile {path.name} and the inventory (hosts.ini or hosts.yml) as "
+                                 "the argument: provision up --profile PROFILE INVENTORY")
+
+
 def load(path: Path) -> Inventory:
     path = _usable_file(path)
     if _plugin_for(path) == "yaml":
         from provisioner.yamlfile import read_yaml
 
-        if read_yaml(path) is None:  # syntax errors with line and column, before Ansible's vaguer message
+        content = read_yaml(path)  # syntax errors with line and column, before Ansible's vaguer message
+        if content is None:
             raise ProvisionError("the inventory has no hosts (the YAML file is empty)", where=str(path),
                                  fix="add `all: {hosts: {node1: {ansible_host: 10.0.0.5}}}`")
+        _refuse_a_profile(path, content)
 
     from ansible.errors import AnsibleError
     from ansible.inventory.data import InventoryData

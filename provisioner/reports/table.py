@@ -1,8 +1,9 @@
 """The report for people. A fleet's report reads top down: one summary line (N hosts: ok /
 drifted / failed / unreachable), then one line per host that is not ok saying what is
 wrong, then the retry command and the run record. Hosts that are ok take no line, so 30
-hosts with 2 failing print 2 host lines, not 365. `verbose` adds the table of every host
-and every check; --json, --junit and --html always keep everything."""
+hosts with 2 failing print 2 host lines, not 365. `verbose` (how many -v) adds the table of
+every host and every check (1), with every changed task (2); --json, --junit and --html
+always keep everything."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ STATUS_STYLE = {"ok": "green", "changed": "yellow", "drift": "yellow", "drifted"
 # What one host line holds before it says "… N more": the line stays readable in a CI log.
 PROBLEMS_PER_LINE = 3
 PROBLEM_CHARS = 200
+CHANGES_SHOWN = 8  # changed tasks per host in the -v table; -vv shows them all
 
 
 def summary_line(report: Report) -> str:
@@ -32,11 +34,11 @@ def host_line(host) -> str:
     return f"{host.name}  {host.outcome}: {'; '.join(shown)}{more}"
 
 
-def render_table(report: Report, console, *, verbose: bool = False) -> None:
+def render_table(report: Report, console, *, verbose: int = 0) -> None:
     from rich.markup import escape
 
     if verbose:
-        _full_table(report, console)
+        _full_table(report, console, changes_shown=None if verbose >= 2 else CHANGES_SHOWN)
     colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
     console.print(f"provision {escape(report.command)} · profile {escape(report.profile)} · "
                   f"[bold {colour}]{escape(summary_line(report))}[/]", highlight=False, soft_wrap=True)
@@ -56,9 +58,10 @@ def render_table(report: Report, console, *, verbose: bool = False) -> None:
     console.print(f"run record: {escape(str(report.run_dir))}", highlight=False, soft_wrap=True)
 
 
-def _full_table(report: Report, console) -> None:
+def _full_table(report: Report, console, changes_shown: int | None = CHANGES_SHOWN) -> None:
     """--verbose: every host and every check. The result column is the host's outcome, so a
-    host that failed a check reads `failed` there even when all its tasks ran."""
+    host that failed a check reads `failed` there even when all its tasks ran. The first
+    `changes_shown` changed tasks of a host (None: all of them, -vv)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -69,8 +72,10 @@ def _full_table(report: Report, console) -> None:
     table.add_column("checks")
     for host in report.hosts:
         style = STATUS_STYLE.get(host.outcome, "")
-        changes = "\n".join([f"[red]{escape(f)}[/red]" for f in host.failures] + [escape(t) for t in host.changed_tasks[:8]]
-                            + ([f"… {len(host.changed_tasks) - 8} more"] if len(host.changed_tasks) > 8 else []))
+        shown = host.changed_tasks[:changes_shown]
+        more = len(host.changed_tasks) - len(shown)
+        changes = "\n".join([f"[red]{escape(f)}[/red]" for f in host.failures] + [escape(t) for t in shown]
+                            + ([f"… {more} more (-vv)"] if more else []))
         checks = "\n".join(f"[{STATUS_STYLE.get(c.status, '')}]{escape(c.status):4}[/] {escape(c.name)}: {escape(c.detail)}"
                            for c in host.checks)
         result = host.outcome + (" (changed)" if host.outcome == "ok" and host.status == "changed" else "")

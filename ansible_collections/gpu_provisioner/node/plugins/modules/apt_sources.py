@@ -38,6 +38,20 @@ options:
     default: /etc/apt
 """
 
+EXAMPLES = r"""
+- name: List the apt sources that already name NVIDIA's CUDA repository, changing nothing.
+  gpu_provisioner.node.apt_sources:
+    url: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/
+    keep: /etc/apt/sources.list.d/cuda-repo.sources
+  register: cuda_sources
+
+- name: Set aside every other source for it (renamed .disabled-by-provisioner), so apt keeps working.
+  gpu_provisioner.node.apt_sources:
+    url: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/
+    keep: /etc/apt/sources.list.d/cuda-repo.sources
+    state: replaced
+"""
+
 RETURN = r"""
 entries:
   description: Other files' entries for the URL, each with file, format (list or sources), signed_by ("" when none).

@@ -49,6 +49,22 @@ options:
     default: /etc/ansible/facts.d
 """
 
+EXAMPLES = r"""
+# One task per host of the job (playbooks/ddp.yml copies the collection's ddp_smoke.py first).
+- name: Run this host's rank of a two-host DDP job, bounded in time.
+  gpu_provisioner.node.ddp_run:
+    script: /tmp/ddp/ddp_smoke.py
+    nnodes: 2
+    node_rank: "{{ groups['gpu'].index(inventory_hostname) }}"
+    master_addr: 10.0.0.11
+    master_port: 29500
+    local_addr: "{{ ansible_host }}"
+    timeout: 120
+    steps: 5
+    tensor_mib: 16
+  register: ddp
+"""
+
 RETURN = r"""
 provisioner_ddp:
   description: >-

@@ -36,6 +36,18 @@ options:
     default: 2097152
 """
 
+EXAMPLES = r"""
+- name: Collect dkms status and the tail of the kernel log's NVIDIA lines, read-only.
+  gpu_provisioner.node.diagnose_collect:
+    commands:
+      - {name: dkms, argv: [dkms, status], timeout: 30, max_bytes: 65536}
+      - {name: kernel-log, argv: [journalctl, -k, -b, --no-pager, -q], timeout: 30, max_bytes: 262144,
+         tail_lines: 2000, keep: [NVRM, Xid]}
+    files: [/etc/apt/preferences.d/*]
+    total_max_bytes: 2097152
+  register: evidence
+"""
+
 RETURN = r"""
 provisioner_diagnose:
   description: >-

@@ -24,6 +24,18 @@ options:
     default: [/var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock]
 """
 
+EXAMPLES = r"""
+- name: Look whether dpkg is locked right now, without waiting.
+  gpu_provisioner.node.dpkg_lock:
+    timeout: 0
+  register: lock
+
+- name: Wait up to five minutes for the holder (unattended-upgrades, say) to finish.
+  gpu_provisioner.node.dpkg_lock:
+    timeout: 300
+  when: lock.held
+"""
+
 RETURN = r"""
 held:
   description: Whether a lock was held when the module gave up (only true on failure or with timeout 0).

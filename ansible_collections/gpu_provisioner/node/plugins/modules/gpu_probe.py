@@ -76,6 +76,20 @@ options:
     description: The profile's sha256 (with this host's overrides) the host should have recorded (with preflight).
 """
 
+EXAMPLES = r"""
+- name: Read everything provision verify judges, in one call.
+  gpu_provisioner.node.gpu_probe:
+    timeout: 60
+    infiniband: true
+  register: probe
+
+- name: The same, plus the preflight facts and the state record compared, as provision up's survey.
+  gpu_provisioner.node.gpu_probe:
+    preflight: true
+    state_path: /etc/ansible/facts.d/provisioner.fact
+  register: survey
+"""
+
 RETURN = r"""
 gpu_probe:
   description: >-

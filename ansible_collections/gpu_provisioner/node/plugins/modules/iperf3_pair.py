@@ -51,6 +51,30 @@ options:
     description: Also read ibstat (measure); present = where /sys/class/infiniband exists.
 """
 
+EXAMPLES = r"""
+- name: Start a one-off iperf3 server bound to this host's test address.
+  gpu_provisioner.node.iperf3_pair:
+    action: serve
+    address: 10.0.0.11
+    port: 5201
+    lifetime: 300
+
+- name: Measure from the other host against it.
+  gpu_provisioner.node.iperf3_pair:
+    action: measure
+    address: 10.0.0.12
+    peer: 10.0.0.11
+    port: 5201
+    duration: 5
+  register: measured
+
+- name: Stop the server if it still runs.
+  gpu_provisioner.node.iperf3_pair:
+    action: stop
+    address: 10.0.0.11
+    port: 5201
+"""
+
 RETURN = r"""
 provisioner_network:
   description: >-

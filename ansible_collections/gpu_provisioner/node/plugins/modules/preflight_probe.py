@@ -23,6 +23,13 @@ options:
     description: The state record to compare the host with.
 """
 
+EXAMPLES = r"""
+- name: Read the hardware, the OS and the state record in one call, changing nothing.
+  gpu_provisioner.node.preflight_probe:
+    path: /etc/ansible/facts.d/provisioner.fact
+  register: preflight
+"""
+
 RETURN = r"""
 provisioner_preflight:
   description: What provisioner/judge/preflight.py judges.

@@ -21,7 +21,7 @@ description:
     profile than the record's, it marks the record C(pending) until C(record) ends the
     converge (a rollback of a host left halfway returns it to its recorded profile).
   - C(retire) (end of a converge, before C(record)) removes what the last record managed
-    and no role manages now (a component turned off or dropped from the profile): stops and
+    and no role manages now (a component turned off or dropped from the profile); it stops and
     disables its units, releases its holds, purges the packages we installed (never one
     that was there before us), removes its files, and reloads systemd. Check mode says what
     it would remove.
@@ -65,6 +65,14 @@ options:
     description: >-
       The repository index the pins came from (record): its C(url), C(release_date) and
       C(packages_sha256). Kept only when the profile installs from NVIDIA's repository.
+"""
+
+EXAMPLES = r"""
+- name: Compare the host with the state its last converge recorded (what provision check runs).
+  gpu_provisioner.node.provisioner_state:
+    action: compare
+    path: /etc/ansible/facts.d/provisioner.fact
+  register: drift
 """
 
 RETURN = r"""
