@@ -9,7 +9,7 @@ module: apt_hold
 short_description: Hold or release many packages in one apt-mark call.
 description:
   - Reads C(apt-mark showhold) once and runs C(apt-mark hold) (or C(unhold)) once, for the
-    packages whose selection differs: a driver's dozen packages cost one task, where
+    packages whose selection differs. A driver's dozen packages cost one task, where
     ansible.builtin.dpkg_selections costs one module run per package (about 15 s on a
     fresh driver host).
   - Changes only what differs, so a second run reports no change; check mode reports what

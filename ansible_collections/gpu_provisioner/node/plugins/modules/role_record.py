@@ -15,7 +15,7 @@ description:
     One module run, where ansible.builtin.copy takes a stat, a transfer and a copy.
 options:
   role:
-    description: The role's name: the file is C(<dir>/<role>.fact).
+    description: The role's name; the file is C(<dir>/<role>.fact).
     type: str
     required: true
   fact:
