@@ -41,37 +41,35 @@ def package():
         subprocess.run(["apt-mark", "unhold", name], capture_output=True)
 
 
-def _task(names: list[str], state: str = "held") -> list:
+def _tasks(*steps: tuple[str, list[str], str]) -> list:
+    """One play: a task per (name, packages, state), in order."""
     return [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "hold", "gpu_provisioner.node.apt_hold": {"name": names, "state": state}, "register": "out"},
-        {"name": "show", "ansible.builtin.debug": {"var": "out"}}]}]
+        {"name": name, "gpu_provisioner.node.apt_hold": {"name": names, "state": state}} for name, names, state in steps]}]
 
 
-def _result(run) -> dict:
-    return run.results("hold")[0]["event_data"]["res"]
+def _res(run, task: str) -> dict:
+    return run.results(task)[0]["event_data"]["res"]
 
 
 def test_holds_in_one_call_changes_nothing_the_second_time_and_releases(package: str, tmp_path: Path):
-    check = play(tmp_path, "check", _task([package]), LOCAL, check=True)
-    assert check.rc == 0 and _result(check)["changed_packages"] == [package]
+    check = play(tmp_path, "check", _tasks(("hold", [package], "held")), LOCAL, check=True)
+    assert check.rc == 0 and _res(check, "hold")["changed_packages"] == [package]
     assert package not in _held(), "check mode changed nothing"
 
-    first = play(tmp_path, "first", _task([package]), LOCAL)
-    assert first.rc == 0, first.stdout
-    assert _result(first)["changed"] and _result(first)["changed_packages"] == [package]
-    assert package in _held() and package in _result(first)["held"]
+    run = play(tmp_path, "real", _tasks(("hold", [package], "held"), ("again", [package], "held")), LOCAL)
+    assert run.rc == 0, run.stdout
+    assert _res(run, "hold")["changed"] and _res(run, "hold")["changed_packages"] == [package]
+    assert package in _res(run, "hold")["held"] and package in _held()
+    assert not _res(run, "again")["changed"] and _res(run, "again")["changed_packages"] == []
 
-    again = play(tmp_path, "again", _task([package]), LOCAL)
-    assert again.rc == 0 and not _result(again)["changed"] and _result(again)["changed_packages"] == []
-
-    released = play(tmp_path, "release", _task([package, "no-such-package-here"], "released"), LOCAL)
-    assert released.rc == 0 and _result(released)["changed_packages"] == [package], "only what was held is released"
+    released = play(tmp_path, "release", _tasks(("release", [package, "no-such-package-here"], "released")), LOCAL)
+    assert released.rc == 0 and _res(released, "release")["changed_packages"] == [package], "only what was held"
     assert package not in _held()
 
 
 def test_a_name_that_is_not_a_package_name_fails_before_apt_mark_runs(tmp_path: Path):
     if os.geteuid() != 0 or not shutil.which("apt-mark"):
         pytest.skip("needs apt-mark")
-    run = play(tmp_path, "bad", _task(["--purge"]), LOCAL)
+    run = play(tmp_path, "bad", _tasks(("hold", ["--purge"], "held")), LOCAL)
     assert run.rc != 0
-    assert "not a package name: --purge" in run.results("hold")[0]["event_data"]["res"]["msg"]
+    assert "not a package name: --purge" in _res(run, "hold")["msg"]
