@@ -45,7 +45,7 @@ def _stand_in_tarball(path: Path, source_id: str, extra: str) -> str:
 def test_nccl_tests_are_rebuilt_when_the_tarball_or_nccl_changes_and_only_then(tmp_path: Path):
     """roles/nccl/tasks/tests.yml for real, with a STAND-IN source tarball made here (a tiny
     Makefile that writes build/all_reduce_perf as a script echoing its inputs), not NVIDIA's
-    nccl-tests. make and g++ are already installed here, so its apt task reports ok."""
+    nccl-tests. make and g++ are already installed here, so its apt task is skipped."""
     if shutil.which("make") is None or os.system("dpkg-query -W g++ >/dev/null 2>&1") != 0:
         pytest.skip("make and g++ must be installed already (the task would install them)")
     prefix, cuda = tmp_path / "nccl-tests", tmp_path / "cuda"
