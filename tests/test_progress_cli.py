@@ -1,5 +1,5 @@
 """A real command on a non-terminal (a pipe, as in CI logs and cron mail): progress comes
-as plain lines while the run goes (the step, each host's outcome, a heartbeat), then the
+as plain lines while the run goes (the step, each host's outcome, a heartbeat naming each busy host's task), then the
 fleet summary."""
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def test_preflight_on_a_pipe_prints_step_lines_host_outcomes_and_the_heartbeat(l
     outcome = next(n for n, line in enumerate(lines) if re.fullmatch(r"\[\d+m\d\ds\] localhost: step done \(ok=\d+ changed=0\)", line))
     summary = next(n for n, line in enumerate(lines) if "1 host(s): 1 ok, 0 drifted, 0 failed, 0 unreachable" in line)
     assert beats and step < outcome < summary, lines
+    # A beat names the host in its task: how many tasks it has finished, the task, how long
+    # it has run (every task here runs longer than a beat: a module's start-up alone does).
+    assert any(re.fullmatch(r"\[\d+m\d\ds\]   localhost  \d+ tasks done  \S.*  \d+m\d\ds", line) for line in lines), lines
     assert lines[-1].startswith("run record: ")
 
 

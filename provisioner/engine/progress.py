@@ -4,14 +4,17 @@ On a terminal: a per-host table, redrawn in place. On a non-terminal (CI logs, c
 plain lines as things happen, so a log shows progress while the run goes, not only at the
 end: one line when a step (play) starts, one per failure or unreachable host at once, one
 per host when a step ends (its outcome in that step), one per rollout hook, and a
-heartbeat line every `heartbeat` seconds while work goes on (a parameter, so a test can
-use a short one)."""
+heartbeat every `heartbeat` seconds while work goes on (a parameter, so a test can use a
+short one): a line of totals, then the hosts longest in their current task, each with how
+many tasks it has finished, that task and how long it has run ("lab-2  42 tasks done
+cuda_toolkit: Install the toolkit packages  3m12s"), so a long unpack says what it is.
+Both views read the same per-host rows."""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -19,13 +22,23 @@ from rich.markup import escape
 from rich.table import Table
 
 HEARTBEAT_SECONDS = 30.0
+BUSIEST = 10  # hosts a heartbeat names; a bigger fleet's others are counted, not listed
+# A host's task ended: it waits for the others (linear strategy) until its next one starts.
+ENDED = {"runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"}
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class Progress:
-    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_SECONDS):
+    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_SECONDS,
+                 clock: Callable[[], float] = time.monotonic):
         self.console = console
         self.heartbeat = heartbeat
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
         self.rows: dict[str, dict[str, Any]] = {}
         self.play = ""
         self.live: Live | None = None
@@ -49,7 +62,9 @@ class Progress:
             self.live.__exit__(*exc)
 
     def _row(self, host: str) -> dict[str, Any]:
-        return self.rows.setdefault(host, {"task": "", "ok": 0, "changed": 0, "failed": 0, "unreachable": False})
+        # done: tasks finished on the host; since: when its current task started (None: between tasks)
+        return self.rows.setdefault(host, {"task": "", "ok": 0, "changed": 0, "failed": 0, "unreachable": False,
+                                           "done": 0, "since": None})
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("event", "")
@@ -60,7 +75,9 @@ class Progress:
             self._plain(f"step: {self.play}")
         elif kind == "runner_on_start" and host:
             task = (data.get("task") or "").strip()
-            self._row(host)["task"] = f"{data['role']}: {task}" if data.get("role") else task
+            row = self._row(host)
+            row["task"] = f"{data['role']}: {task}" if data.get("role") else task
+            row["since"] = self.clock()
         elif kind == "runner_on_ok" and host:
             row = self._row(host)
             row["changed" if (data.get("res") or {}).get("changed") else "ok"] += 1
@@ -77,6 +94,10 @@ class Progress:
             self._plain(f"{host}: {data.get('hook')} {'ok' if ok else 'FAILED'} ({data.get('detail', '')})")
             if not ok:
                 self._row(host)["failed"] += 1
+        if kind in ENDED and host:
+            row = self._row(host)
+            row["done"] += 1
+            row["since"] = None
         if self.live:
             self.live.update(self._table())
 
@@ -94,39 +115,55 @@ class Progress:
             self._plain(f"{name}: {outcome} (ok={(stats.get('ok') or {}).get(name, 0)} "
                         f"changed={(stats.get('changed') or {}).get(name, 0)})")
 
-    def _elapsed(self) -> str:
-        seconds = int(time.monotonic() - self.started)
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-
     def _plain(self, line: str) -> None:
         if not self.live:
-            self.console.print(f"[{self._elapsed()}] {line}", highlight=False, markup=False, soft_wrap=True)
+            self.console.print(f"[{duration(self.clock() - self.started)}] {line}", highlight=False, markup=False,
+                               soft_wrap=True)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat):
-            rows = list(self.rows.values())
-            failed = sum(1 for r in rows if r["failed"])
-            unreachable = sum(1 for r in rows if r["unreachable"])
-            self._plain(f"still working: {self.play or 'starting'}; {len(rows)} host(s) seen, {failed} failed, "
-                        f"{unreachable} unreachable")
+            for line in self.heartbeat_lines():
+                self._plain(line)
+
+    def busiest(self) -> list[tuple[str, dict[str, Any]]]:
+        """The hosts in a task now, the longest in it first."""
+        busy = [(host, row) for host, row in self.rows.items() if row["since"] is not None and not row["unreachable"]]
+        return sorted(busy, key=lambda item: (item[1]["since"], item[0]))
+
+    def heartbeat_lines(self) -> list[str]:
+        """The totals; then each of the BUSIEST hosts longest in a task: its finished tasks,
+        its current task and how long that has run."""
+        rows = list(self.rows.values())
+        failed = sum(1 for r in rows if r["failed"])
+        unreachable = sum(1 for r in rows if r["unreachable"])
+        lines = [f"still working: {self.play or 'starting'}; {len(rows)} host(s) seen, {failed} failed, "
+                 f"{unreachable} unreachable"]
+        busy, now = self.busiest(), self.clock()
+        width = max((len(host) for host, _ in busy[:BUSIEST]), default=0)
+        lines += [f"  {host:<{width}}  {row['done']} tasks done  {row['task']}  {duration(now - row['since'])}"
+                  for host, row in busy[:BUSIEST]]
+        if len(busy) > BUSIEST:
+            lines.append(f"  ... and {len(busy) - BUSIEST} more host(s) in a task")
+        return lines
 
     def _table(self) -> Table:
         """Totals in the title; one row per host, hosts in trouble first, cut to the screen
         so a 50-host run stays one readable block."""
-        elapsed = time.monotonic() - self.started
+        now = self.clock()
         failed = sum(1 for r in self.rows.values() if r["failed"])
         unreachable = sum(1 for r in self.rows.values() if r["unreachable"])
         changed = sum(1 for r in self.rows.values() if r["changed"])
         title = (f"{self.play}  ·  {len(self.rows)} host(s): {changed} changed, {failed} failed, "
-                 f"{unreachable} unreachable  ·  {elapsed:.0f}s")
+                 f"{unreachable} unreachable  ·  {now - self.started:.0f}s")
         table = Table(title=title, title_justify="left", expand=False)
-        for column in ("host", "role: current task", "ok", "changed", "failed"):
+        for column in ("host", "done", "role: current task", "for", "ok", "changed", "failed"):
             table.add_column(column)
         rows = sorted(self.rows.items(), key=lambda item: (not (item[1]["failed"] or item[1]["unreachable"]), item[0]))
         room = max(3, self.console.size.height - 8)  # title, header, borders, the "more" row
         for host, row in rows[:room]:
             task = "[red]unreachable[/]" if row["unreachable"] else escape(row["task"][:80])
-            table.add_row(host, task, str(row["ok"]), str(row["changed"]), str(row["failed"]))
+            running = duration(now - row["since"]) if row["since"] is not None and not row["unreachable"] else ""
+            table.add_row(host, str(row["done"]), task, running, str(row["ok"]), str(row["changed"]), str(row["failed"]))
         if len(rows) > room:
-            table.add_row(f"... {len(rows) - room} more", "", "", "", "")
+            table.add_row(f"... {len(rows) - room} more", "", "", "", "", "", "")
         return table
