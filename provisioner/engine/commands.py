@@ -163,10 +163,14 @@ def _reboot_check(reboot: dict | None):
                              "and re-run provision up (with --batch to reboot a few hosts at a time)")]
 
 
-def _healthy(report: Report, limit: str | None) -> str | None:
-    """The --limit for the next step: hosts with no failure and no failed check so far."""
-    if not report.hosts:
-        return limit
+# The steps that gate the ones after them: a host goes on only on its own good answer.
+GATES = ("preflight", "survey")
+
+
+def _healthy(report: Report, limit: str | None) -> str:
+    """The --limit for the next step: hosts with no failure and no failed check so far.
+    No host results at all is no host (fail closed): an empty answer from the gate never
+    lets the converge run on every host, unchecked."""
     return ",".join(h.name for h in report.hosts if not h.broken and not any(c.status == "fail" for c in h.checks))
 
 
@@ -278,6 +282,12 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
             run = run_playbook(playbook, inventory_dir, run_dir, limit=step_limit, forks=forks,
                                check=step == "deep-check", extravars=extravars, hook=hook, become=become)
             _fold(report, step, run, target, command)
+            if step in GATES and not report.hosts and not run.errors:
+                report.errors.append(f"{step} returned no result for any host (limit {step_limit or 'all'}): "
+                                     "nothing after it ran. Fix: read the run folder's artifacts/"
+                                     f"{playbook} (provision report {run_dir})")
+                report.interrupted = False  # it ended, refusing: the error says why
+                return report
             if step in ("preflight", "survey") and command == "up" and not full:
                 in_sync = _skip_converged(report, run, target)
                 for host in report.hosts:  # not converged: the archive is not asked for anything
