@@ -1,7 +1,10 @@
-"""YAML files read with their line numbers kept, so errors can point into the file."""
+"""The operator's files, read bounded (regular files only, a size cap), and YAML files read
+with their line numbers kept, so errors can point into the file."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +23,43 @@ def load_data(text: str) -> Any:
     return yaml.load(text, Loader=_DATA_LOADER)  # noqa: S506 - a safe loader
 
 
+# A profile is a few kilobytes; a capture of nvidia-smi, dcgmi or a kernel log tens to
+# hundreds. Far above either, so a real file never meets it.
+PROFILE_CAP = 1 << 20
+CAPTURE_CAP = 16 << 20
+
+
+def read_bounded(path: Path | str, cap: int, what: str = "file") -> bytes:
+    """A regular file's bytes, at most `cap` of them: a FIFO, a device (/dev/zero) or a
+    file over the cap is one clear error, never a hang or a read of everything. The size is
+    checked on the open file, and the read stops at the cap whatever it said."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO never waits for a writer
+    except FileNotFoundError:
+        raise ProvisionError(f"{what} not found", where=str(path), fix="check the path") from None
+    except OSError as exc:
+        raise ProvisionError(f"cannot read the {what}: {exc.strerror}", where=str(path)) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise ProvisionError(f"the {what} is a folder, not a file", where=str(path), fix=f"give the {what}'s file")
+        if not stat.S_ISREG(st.st_mode):
+            raise ProvisionError(f"the {what} is not a regular file (a pipe, a device or a socket)", where=str(path),
+                                 fix=f"save the {what} to a file first, then give that file")
+        if st.st_size > cap:
+            raise ProvisionError(f"the {what} is {st.st_size:,} bytes, over the {cap:,} a {what} can be",
+                                 where=str(path), fix=f"give the {what} itself, not a larger file")
+        data = f.read(cap + 1)
+    if len(data) > cap:  # it grew while being read
+        raise ProvisionError(f"the {what} is over the {cap:,} bytes a {what} can be", where=str(path))
+    return data
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; syntax errors become ProvisionError naming file:line:column."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProvisionError("file not found", where=str(path), fix="check the path") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        text = read_bounded(path, PROFILE_CAP).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ProvisionError(f"cannot read: {exc.__class__.__name__}", where=str(path)) from None
     try:
         return yaml.safe_load(text)

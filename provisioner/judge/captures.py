@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner.errors import ProvisionError
+from provisioner import yamlfile
 from provisioner.judge import verify
 from provisioner.verdicts.checks import Check, failed
 from provisioner.profiles.models import Profile
@@ -128,11 +128,7 @@ def _judge(profile: Profile, form: str, text: str) -> list[Check]:
 def judge_files(profile: Profile, paths: list[Path]) -> list[Judged]:
     out = []
     for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ProvisionError(f"cannot read {path}: {exc.strerror}", where=str(path),
-                                 fix="pass files that exist and are readable") from None
+        text = yamlfile.read_bounded(path, yamlfile.CAPTURE_CAP, "capture").decode("utf-8", errors="replace")
         out.append(judge_text(profile, text, str(path)))
     return out
 
