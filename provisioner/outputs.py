@@ -7,9 +7,12 @@ Every output (render -o, monitoring -o, bundle -o and its cloud-init snippet, --
   socket is never replaced, with or without --force;
 - a symbolic link is not followed: without --force it is refused (writing through it
   would replace the file it points at); with --force the link itself is replaced;
+- an existing file is replaced only with --force, unless the caller owns it (`replace`:
+  a run folder's own report.json, a file in a folder check_folder found ours);
 - an output folder must be new, empty, or one we rendered before (recognised by the
   header our files start with); a folder holding someone's own ansible.cfg or
-  hosts.yml needs --force, and `/` or a system folder (/usr, /etc, ...) is always refused;
+  hosts.yml needs --force, and `/` or a system folder (/usr, /etc, ...) is always refused,
+  also when the path reaches one through a link;
 - every file is written atomically: a temporary file beside it, then a rename, so a
   reader (or a killed run) never sees half a file.
 """
@@ -46,8 +49,9 @@ def _check_parents(path: Path) -> None:
                                  where=str(path), fix="pass a path inside a folder")
 
 
-def check_file(path: Path | str, *, force: bool = False, what: str = "output") -> Path:
-    """The absolute path `path`, refused unless writing a regular file there is safe."""
+def check_file(path: Path | str, *, force: bool = False, what: str = "output", replace: bool = False) -> Path:
+    """The absolute path `path`, refused unless writing a regular file there is safe.
+    replace: an existing regular file there is the caller's own (see the module docstring)."""
     path = absolute(path)
     _check_parents(path)
     if path.is_symlink():
@@ -63,13 +67,16 @@ def check_file(path: Path | str, *, force: bool = False, what: str = "output") -
         if not stat.S_ISREG(mode):
             raise ProvisionError(f"the {what} path is not a regular file (a device, pipe or socket); "
                                  "it is never replaced", where=str(path), fix="pass the path of a regular file")
+        if not (force or replace):
+            raise ProvisionError(f"the {what} path holds a file already; it is replaced only with --force",
+                                 where=str(path), fix=FORCE_FIX)
     return path
 
 
 def write_file(path: Path | str, data: str | bytes, *, force: bool = False, mode: int = 0o644,
-               what: str = "output") -> Path:
+               what: str = "output", replace: bool = False) -> Path:
     """Write `data` to `path` atomically, after check_file; returns the absolute path."""
-    path = check_file(path, force=force, what=what)
+    path = check_file(path, force=force, what=what, replace=replace)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +114,8 @@ def check_folder(folder: Path | str, names: list[str], *, force: bool = False) -
     replace must carry our header; files without one (JSON) are replaced only in a
     folder one of our headed files marks as ours."""
     folder = absolute(folder)
-    reason = system_dir_reason(str(folder))
+    # The path as given and as its links resolve: `-o link-to-/etc` is /etc.
+    reason = system_dir_reason(str(folder)) or system_dir_reason(os.path.realpath(folder))
     if reason:
         raise ProvisionError(f"refusing to write into {folder}: {reason}", where=str(folder),
                              fix="pass a new folder of its own, e.g. -o out/")
@@ -120,7 +128,7 @@ def check_folder(folder: Path | str, names: list[str], *, force: bool = False) -
     _check_parents(folder / "x")
     targets = [folder / name for name in names]
     for target in targets:
-        check_file(target, force=force, what=f"output file {target.relative_to(folder)}")
+        check_file(target, force=force, what=f"output file {target.relative_to(folder)}", replace=True)
     if force or not folder.exists():
         return folder
     try:

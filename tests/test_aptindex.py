@@ -287,8 +287,11 @@ def test_catalogue_refresh_writes_a_dated_snapshot_of_the_index(repo, tmp_path):
     assert {name: snap.versions(name) for name in LISTED} == LISTED       # every family the naming rules name
     assert all(repo.url in v.source for vs in snap.packages.values() for v in vs)
     assert snap.naming == catalogue.load("ubuntu2204").naming
-    # An index that does not verify writes nothing.
+    # An index that does not verify writes nothing, even with --force; without it, a file
+    # already there is not replaced at all.
     out.write_text("before\n")
-    wrong = CliRunner().invoke(app, [*args[:-4], "--fingerprint", "A" * 40, "-o", str(out)])
+    kept = CliRunner().invoke(app, [*args[:-4], "-o", str(out)])
+    assert kept.exit_code == 1 and "holds a file already; it is replaced only with --force" in kept.output
+    wrong = CliRunner().invoke(app, [*args[:-4], "--fingerprint", "A" * 40, "-o", str(out), "--force"])
     assert wrong.exit_code == 1 and "is not the one the profile pins" in wrong.output
     assert out.read_text() == "before\n"

@@ -88,7 +88,7 @@ def test_every_profile_owned_variable_names_its_profile_field():
 
 def test_write_file_is_atomic_and_leaves_no_temporary_file(tmp_path: Path):
     target = outputs.write_file(tmp_path / "a" / "b.txt", "one")
-    outputs.write_file(target, "two")
+    outputs.write_file(target, "two", replace=True)  # the caller's own file (a run's report.json)
     assert target.read_text() == "two"
     assert sorted(p.name for p in target.parent.iterdir()) == ["b.txt"]
 

@@ -276,7 +276,8 @@ def render(loaded: Loaded, inventory: Inventory, out_dir: Path, *, force: bool =
     out_dir = outputs.check_folder(out_dir, list(names), force=force)
     old_umask = os.umask(0o022)  # folders read by the Prometheus and Grafana services' own users
     try:
-        files = [outputs.write_file(out_dir / name, text, force=force, mode=0o644, what=f"output {name}")
+        files = [outputs.write_file(out_dir / name, text, force=force, mode=0o644, what=f"output {name}",
+                                     replace=True)
                  for name, text in names.items()]
     finally:
         os.umask(old_umask)

@@ -210,7 +210,7 @@ class Report:
 
         # Atomic: a run killed while writing it leaves the previous report, never half of one.
         return write_file(self.run_dir / "report.json", json.dumps(self.as_dict(), indent=2) + "\n", mode=0o600,
-                          what="report")
+                          what="report", replace=True)
 
 
 def _check_host_entry(n: int, h: Any, where: str | None) -> None:
