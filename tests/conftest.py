@@ -118,7 +118,7 @@ def pytest_sessionfinish(session, exitstatus):
 # and in its children (a PATH folder whose Ansible programs note the call and exit 97), so a
 # `provision` CLI run in a subprocess is caught too.
 _ANSIBLE_PROGRAMS = ("ansible", "ansible-playbook", "ansible-runner", "ansible-inventory", "ansible-console")
-_RUNNER_ENTRY_POINTS = ("run", "run_async", "run_command", "run_command_async")
+_RUNNER_ENTRY_POINTS = ("run", "run_async", "run_command", "run_command_async", "init_runner")
 _CALLS_ENV = "PROVISION_TEST_ANSIBLE_CALLS"
 _SHIM = f"""#!/bin/sh
 echo "${{0##*/}}" >> "${_CALLS_ENV}"

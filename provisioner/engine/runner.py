@@ -9,6 +9,7 @@ here as that event's result.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -181,6 +182,22 @@ class EventReader:
         return True  # keep every event in the run record
 
 
+# What of the controller's environment reaches Ansible, and with it the run folder
+# (ansible-runner records the environment in artifacts/*/command): the names a run needs,
+# and names an operator adds in PROVISION_PASS_ENV (comma-separated). Everything else (a
+# cloud key, a token in the operator's shell) stays out.
+ENV_ALLOWED = re.compile(
+    r"(PATH|HOME|USER|LOGNAME|SHELL|TERM|TMPDIR|TZ|LANG|LANGUAGE|LC_\w+|SSH_AUTH_SOCK|LD_LIBRARY_PATH|VIRTUAL_ENV"
+    r"|PYTHONPATH|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE"
+    r"|[Hh][Tt][Tt][Pp][Ss]?_[Pp][Rr][Oo][Xx][Yy]|[Nn][Oo]_[Pp][Rr][Oo][Xx][Yy]|[Aa][Ll][Ll]_[Pp][Rr][Oo][Xx][Yy]"
+    r"|ANSIBLE_\w+|AWX_\w+|RUNNER_\w+|ORIGINAL_STDOUT_CALLBACK|AD_HOC_COMMAND_ID)")
+
+
+def allowed_env(env: dict[str, str]) -> dict[str, str]:
+    extra = {n.strip() for n in os.environ.get("PROVISION_PASS_ENV", "").split(",") if n.strip()}
+    return {k: v for k, v in env.items() if ENV_ALLOWED.fullmatch(k) or k in extra}
+
+
 def run_playbook(
     name: str,
     inventory_dir: Path,
@@ -203,7 +220,7 @@ def run_playbook(
     reader = EventReader(hook)
     become = become or Become()
     cmdline = shlex.join((["--check", "--diff"] if check else []) + become.cmdline())
-    runner = ansible_runner.run(
+    runner = ansible_runner.interface.init_runner(
         private_data_dir=str(record_dir),
         ident=ident or name,
         playbook=str(paths.playbook(name)),
@@ -226,6 +243,8 @@ def run_playbook(
         quiet=True,
         suppress_env_files=True,
     )
+    runner.config.env = allowed_env(runner.config.env)  # before it runs: what Ansible and the record see
+    runner.run()
     artifacts = record_dir / "artifacts" / (ident or name)
     errors = []
     if runner.status != "successful" and not any(h.failures for h in reader.hosts.values()):
