@@ -113,6 +113,26 @@ def _line_hint(path: Path, message: str) -> str:
 
 
 _FIX = "pass the path of your hosts.ini or hosts.yml (see inventories/example/hosts.ini)"
+# An inventory host name reaches hook commands ({host}), run-folder paths and printed commands:
+# it must be a host name (RFC 1123 labels, with `_` as Ansible allows), or an IP address.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*\.?")
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why `name` is not a host name we take from an inventory (None: it is one)."""
+    import ipaddress
+
+    if HOST_NAME.fullmatch(name):
+        return None
+    try:
+        ipaddress.ip_address(name)
+        return None
+    except ValueError:
+        pass
+    shown = name if len(name) <= 60 else name[:60] + f"... ({len(name)} characters)"
+    return (f"inventory host {shown!r} is not a host name: letters, digits, '-' and '_' in dot-separated labels "
+            "of at most 63, 253 characters in all, or an IPv4 or IPv6 address")
 
 
 def _usable_file(given: Path) -> Path:
@@ -237,6 +257,11 @@ def load(path: Path) -> Inventory:
     if not data.hosts:
         raise ProvisionError("the inventory has no hosts", where=str(path),
                              fix="add at least one host line, e.g. `node1 ansible_host=10.0.0.5`")
+    for name in sorted(data.hosts):
+        problem = host_name_problem(str(name))
+        if problem:
+            raise ProvisionError(problem, where=line_where(path, lambda line, n=str(name): n in line),
+                                 fix="name the host with a plain host name and give its address in ansible_host")
 
     dropped: list[str] = []
     origins: dict[str, dict[str, Path]] = {}
