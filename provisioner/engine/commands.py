@@ -41,6 +41,8 @@ STEPS: dict[str, tuple[str, ...]] = {
     "check": ("check",),
     "verify": ("verify",),
 }
+# The steps that gate the ones after them: a host goes on only on its own good answer.
+GATES = ("preflight", "survey")
 # `check --deep`: the whole converge play in check mode with diffs, instead of the one
 # module call that compares each host with the state recorded at its last converge.
 DEEP_CHECK = ("deep-check",)
@@ -94,7 +96,7 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
         if result.status in ("unreachable", "failed"):
             host.status = result.status
             continue
-        if step in ("preflight", "survey"):  # the survey's verification: _fold_surveyed
+        if step in GATES:  # the survey's verification: _fold_surveyed
             host.checks.extend(preflight_mod.judge(profile, result.reported.get("provisioner_preflight", {})))
             kernels = (result.reported.get("provisioner_state") or {}).get("kernels")
             host.checks.extend(kernels_mod.judge_secure_boot(profile, kernels))
@@ -161,10 +163,6 @@ def _reboot_check(reboot: dict | None):
     why = " ".join(str(reboot.get("why_not", "")).split())
     return [failed("reboot", f"needs a reboot, not done ({why}): {reason}. Reboot it, or set reboot.allowed: true "
                              "and re-run provision up (with --batch to reboot a few hosts at a time)")]
-
-
-# The steps that gate the ones after them: a host goes on only on its own good answer.
-GATES = ("preflight", "survey")
 
 
 def _healthy(report: Report, limit: str | None) -> str:
@@ -288,7 +286,7 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
                                      f"{playbook} (provision report {run_dir})")
                 report.interrupted = False  # it ended, refusing: the error says why
                 return report
-            if step in ("preflight", "survey") and command == "up" and not full:
+            if step in GATES and command == "up" and not full:
                 in_sync = _skip_converged(report, run, target)
                 for host in report.hosts:  # not converged: the archive is not asked for anything
                     if host.name in in_sync:

@@ -189,7 +189,7 @@ class EventReader:
 ENV_ALLOWED = re.compile(
     r"(PATH|HOME|USER|LOGNAME|SHELL|TERM|TMPDIR|TZ|LANG|LANGUAGE|LC_\w+|SSH_AUTH_SOCK|LD_LIBRARY_PATH|VIRTUAL_ENV"
     r"|PYTHONPATH|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE"
-    r"|[Hh][Tt][Tt][Pp][Ss]?_[Pp][Rr][Oo][Xx][Yy]|[Nn][Oo]_[Pp][Rr][Oo][Xx][Yy]|[Aa][Ll][Ll]_[Pp][Rr][Oo][Xx][Yy]"
+    r"|(?i:https?_proxy|no_proxy|all_proxy)"
     r"|ANSIBLE_\w+|AWX_\w+|RUNNER_\w+|ORIGINAL_STDOUT_CALLBACK|AD_HOC_COMMAND_ID)")
 
 

@@ -11,13 +11,35 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
+import tempfile
 
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import diff as freeze_diff
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import parse as parse_freeze
 
 KINDS = ("held_packages", "packages", "files", "units", "python_envs")
 RECORD = "/etc/ansible/facts.d/provisioner.fact"
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """A temporary file in the same folder, then a rename: a reader (node_exporter, whose
+    textfile collector ignores names not ending in .prom like the temporary one; Ansible's
+    local facts) never sees half a file. The state record, the roles' records (role_record)
+    and the node checker's textfile all go through here."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _packages(names: list[str]) -> dict[str, dict]:

@@ -29,13 +29,11 @@ import argparse
 import csv
 import io
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import KINDS, RECORD, compare
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import KINDS, RECORD, compare, write_atomic
 
 # The kinds drift is counted by: the record's own kinds, `dpkg` (packages an interrupted
 # run left half-configured) and `record` (1 when the host has no state record at all).
@@ -163,24 +161,6 @@ def textfile(state: dict | None, checks: list[dict], *, version: str, now: float
     family("gpu_provisioner_last_run_success", "1 when provision-state read and compared the state.",
            [({}, 1 if state is not None else 0)])
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """A temporary file in the same folder, then a rename: node_exporter never reads half a
-    file (its textfile collector ignores names not ending in .prom, like the temporary one)."""
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def run(config: dict, *, smi_binary: str = "nvidia-smi") -> dict:

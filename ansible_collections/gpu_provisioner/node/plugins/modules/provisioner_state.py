@@ -93,7 +93,8 @@ from ansible.module_utils.basic import AnsibleModule
 # The kernels, their DKMS-built NVIDIA modules and Secure Boot: judged by preflight and check.
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
-    KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state)
+    KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state,
+    write_atomic)
 
 
 def _components(p: dict) -> dict[str, dict]:
@@ -106,12 +107,7 @@ def _components(p: dict) -> dict[str, dict]:
 
 def _write(path: str, record: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:

@@ -48,9 +48,10 @@ path:
 import json
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import write_atomic
 
 ROLE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -80,17 +81,11 @@ def main() -> None:
     result = {"changed": changed, "path": path, "diff": {"before": before, "after": content,
                                                          "before_header": path, "after_header": path}}
     if changed and not module.check_mode:
-        os.makedirs(folder, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{role}.fact.", dir=folder)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(content)
-            os.chmod(tmp, 0o644)
-            os.chown(tmp, 0, 0)
-            os.replace(tmp, path)
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+            write_atomic(path, content)
+            os.chown(path, 0, 0)
         except OSError as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
             module.fail_json(msg=f"cannot write {path}: {exc}")
     module.exit_json(**result)
 
