@@ -171,7 +171,8 @@ def test_tarball_holds_the_summary_and_one_file_per_command_redacted(tmp_path: P
                  "files": {"/etc/apt/preferences.d/x": "Pin: version 1\n"}}
     host = judge.diagnose(LAB, "lab1", "ok", {"recorded": True}, collected)
     summary = report.summary_markdown([host], profile="debian12-lab", run_dir=tmp_path)
-    path = report.tarball(tmp_path / "d.tar.gz", [host], {"lab1": collected}, {"lab1": {}}, summary)
+    path = report.tarball(tmp_path / "d.tar.gz", [host], {"lab1": collected}, {"lab1": {}}, summary,
+                          commands=["journal_units"], files=engine.FILES)
     with tarfile.open(path) as tar:
         names = tar.getnames()
         journal = tar.extractfile("diagnose/lab1/journal_units.txt").read().decode()
@@ -182,10 +183,10 @@ def test_tarball_holds_the_summary_and_one_file_per_command_redacted(tmp_path: P
     from provisioner.errors import ProvisionError
 
     with pytest.raises(ProvisionError, match="not a regular file"):  # outputs.py's rules: never a device
-        report.tarball(Path("/dev/null"), [host], {}, {}, summary)
+        report.tarball(Path("/dev/null"), [host], {}, {}, summary, commands=[], files=[])
     (tmp_path / "link.tar.gz").symlink_to(path)
     with pytest.raises(ProvisionError, match="--force"):  # nor through a symbolic link without --force
-        report.tarball(tmp_path / "link.tar.gz", [host], {}, {}, summary)
+        report.tarball(tmp_path / "link.tar.gz", [host], {}, {}, summary, commands=[], files=[])
 
 
 def test_the_plan_has_no_shell_and_no_profile_string_and_ib_only_where_present_unless_declared():

@@ -20,21 +20,25 @@ from rich.markup import escape
 
 from provisioner import __version__
 from provisioner.errors import ProvisionError
+from provisioner.reports.terminal import console
 
 
 @dataclass
 class Session:
-    """What every command shares: where output goes, and whether to show tracebacks."""
+    """What every command shares: where output goes, and whether to show tracebacks. The
+    consoles clean what they print and read no markup unless asked (reports/terminal.py):
+    messages carry host names, paths and what hosts said."""
 
     debug: bool = False
-    out: Console = field(default_factory=Console)
-    err: Console = field(default_factory=lambda: Console(stderr=True))
+    out: Console = field(default_factory=console)
+    err: Console = field(default_factory=lambda: console(stderr=True))
 
     def warn(self, message: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        self.err.print(f"[yellow]warning:[/] {escape(message)}", markup=True, soft_wrap=True)
 
-    def say(self, message: str, *, to_err: bool = False) -> None:
-        (self.err if to_err else self.out).print(message, highlight=False, soft_wrap=True)
+    def say(self, message: str, *, to_err: bool = False, markup: bool = False) -> None:
+        """Print a line: plain text, or with markup=True Rich markup whose data parts went through escape()."""
+        (self.err if to_err else self.out).print(message, markup=markup, soft_wrap=True)
 
 
 def session(ctx: typer.Context) -> Session:
@@ -59,7 +63,7 @@ def friendly(fn: Callable) -> Callable:
             if isinstance(exc, OSError):  # the machine refused something (a full disk, a permission): say which file
                 exc = ProvisionError(f"{exc.strerror or exc}", where=exc.filename and str(exc.filename),
                                      fix="check the path and its permissions")
-            s.err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            s.err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -102,7 +106,7 @@ app = typer.Typer(cls=_Commands, help="Take GPU servers to a verified, ready-to-
 
 def _version(value: bool) -> None:
     if value:
-        Console().print(f"provision {__version__}")
+        console().print(f"provision {__version__}")
         raise typer.Exit()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -32,15 +33,15 @@ def judge_command(
     loaded = profiles.load(profile)
     results = captures.judge_files(loaded.profile, files)
     code = captures.exit_code(results)
-    if json_out:
-        s.out.print_json(json.dumps({"profile": loaded.profile.name, "exit_code": code,
-                                     "files": [r.as_dict() for r in results]}))
+    if json_out:  # json escapes every control character (and all but ASCII): no capture's text reaches the terminal raw
+        sys.stdout.write(json.dumps({"profile": loaded.profile.name, "exit_code": code,
+                                     "files": [r.as_dict() for r in results]}, indent=2) + "\n")
     else:
         marks = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "skip": "[dim]skip[/]"}
         for r in results:
-            s.say(f"[bold]{escape(r.path)}[/] ({r.form or 'unknown form'}): {r.status}")
+            s.say(f"[bold]{escape(r.path)}[/] ({r.form or 'unknown form'}): {r.status}", markup=True)
             if r.unreadable:
-                s.say(f"  [red]unreadable[/]: {escape(r.unreadable)}")
+                s.say(f"  [red]unreadable[/]: {escape(r.unreadable)}", markup=True)
             for c in r.checks:
-                s.say(f"  {marks[c.status]}  {escape(c.name)}: {escape(c.detail)}")
+                s.say(f"  {marks[c.status]}  {escape(c.name)}: {escape(c.detail)}", markup=True)
     raise typer.Exit(code)

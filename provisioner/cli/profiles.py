@@ -62,14 +62,14 @@ def profiles_validate(ctx: typer.Context,
         try:
             loaded = profiles.load(ref)
             for warning in loaded.warnings:
-                s.err.print(f"[yellow]warn[/]  {escape(ref)}: {escape(warning.render())}", highlight=False,
+                s.err.print(f"[yellow]warn[/]  {escape(ref)}: {escape(warning.render())}", markup=True,
                             soft_wrap=True)
             if loaded.advisory:
-                s.err.print(f"[cyan]note[/]  {escape(ref)}: {escape(loaded.advisory)}", highlight=False, soft_wrap=True)
+                s.err.print(f"[cyan]note[/]  {escape(ref)}: {escape(loaded.advisory)}", markup=True, soft_wrap=True)
             if strict:
                 profiles.refuse_warnings(loaded)
-            s.out.print(f"[green]ok[/]    {escape(ref)} ({loaded.profile.name})", highlight=False)
+            s.out.print(f"[green]ok[/]    {escape(ref)} ({escape(loaded.profile.name)})", markup=True)
         except ProvisionError as exc:
             bad += 1
-            s.err.print(f"[red]error[/] {escape(ref)}: {escape(str(exc))}", highlight=False, soft_wrap=True)
+            s.err.print(f"[red]error[/] {escape(ref)}: {escape(str(exc))}", markup=True, soft_wrap=True)
     raise typer.Exit(1 if bad else 0)

@@ -6,12 +6,17 @@ with its own time-out and output bound, plus a few small files; the whole is bou
 host (`max_host_bytes`). No profile or inventory string is part of a command. `--dry-run`
 prints exactly this list. Nothing that holds secrets is read: no environment, no
 configuration files other than apt's pin files, and what comes back is passed through
-`redact()` (provisioner/render/secrets.py's names) before it is written.
+`redact()` (provisioner/render/secrets.py's names) before it is written or printed.
+
+What a host sends back is untrusted: the bound is the host's own module's, so the controller
+bounds it again (`max_host_bytes` + REPLY_ALLOWANCE) and keeps nothing of a host that sends
+more; the tarball's member names come from this plan, never from the keys a host returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -32,6 +37,8 @@ UNITS = ("nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-
 DMON_SAMPLES, DMON_INTERVAL_S = 5, 1  # `nvidia-smi dmon -s pcu`: 5 one-second samples
 JOURNAL_LINES = 2000  # per journal command: the newest lines
 MAX_HOST_BYTES = 2 * 1024 * 1024  # everything one host sends back
+# Beyond the evidence the module bounds: the state comparison, each command's argv and flags.
+REPLY_ALLOWANCE = 1024 * 1024
 INFINIBAND_SYSFS = "/sys/class/infiniband"
 
 
@@ -160,12 +167,32 @@ def collect(target: Target, *, runs_dir: Path, limit: str | None = None, forks: 
                            hook=hook, become=become)
         hosts = []
         for name, result in sorted(run.hosts.items()):
+            too_big = _too_big(result, max_host_bytes + REPLY_ALLOWANCE)
+            if too_big:
+                hosts.append(HostEvidence(name, "failed", [too_big]))
+                continue
             hosts.append(HostEvidence(name, result.status if result.status in ("unreachable", "failed") else "ok",
-                                      list(result.failures), result.reported.get("provisioner_state") or {},
-                                      result.reported.get("provisioner_diagnose") or {}))
+                                      list(result.failures), _mapping(result.reported.get("provisioner_state")),
+                                      _mapping(result.reported.get("provisioner_diagnose"))))
         return Collection(run_dir, hosts, list(run.errors))
     finally:
         os.umask(old_umask)
+
+
+def _too_big(result, limit: int) -> str:
+    """Why nothing of what this host sent is kept ("" when it kept to the bound): its module
+    bounds its evidence, but a host that does not run our module unchanged is bound by nothing."""
+    sent = [result.reported.get("provisioner_state"), result.reported.get("provisioner_diagnose"), result.failures]
+    size = len(json.dumps(sent, ensure_ascii=False, default=str).encode("utf-8", "replace"))
+    if size <= limit:
+        return ""
+    return (f"the host sent back {size} bytes, more than the {limit} diagnose takes from one host (its collection "
+            f"is bounded to {MAX_HOST_BYTES} on the host): none of it is kept; diagnose it again, and if it sends too "
+            "much again, look at the host itself (its diagnose_collect module may have been replaced)")
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -201,14 +228,18 @@ def diagnose(target: Target, *, runs_dir: Path, output: Path | None = None, forc
     collection = collect(target, runs_dir=runs_dir, limit=limit, forks=forks, become=become, hook=hook,
                          max_host_bytes=max_host_bytes)
     profile = target.loaded.profile
-    hosts = [judge.diagnose(profile, h.name, h.status, h.state, h.collected, h.failures) for h in collection.hosts]
+    # Redacted once, as judged: the summary, findings.json, --json and the printed lines all come from these.
+    hosts = [report.redact_host(judge.diagnose(profile, h.name, h.status, h.state, h.collected, h.failures))
+             for h in collection.hosts]
+    collection.errors = [report.redact(e) for e in collection.errors]
     summary = report.summary_markdown(hosts, profile=profile.name, run_dir=collection.run_dir)
     old_umask = os.umask(0o077)
     try:
         outputs.write_file(collection.run_dir / "summary.md", summary, mode=0o600, what="diagnose summary")
         path = report.tarball(output or collection.run_dir / "diagnose.tar.gz", hosts,
                               {h.name: h.collected for h in collection.hosts},
-                              {h.name: h.state for h in collection.hosts}, summary, force=force)
+                              {h.name: h.state for h in collection.hosts}, summary, force=force,
+                              commands=[c.name for c in plan(profile)], files=FILES)
     finally:
         os.umask(old_umask)
     return Diagnosis(collection, hosts, summary, path)

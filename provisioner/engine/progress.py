@@ -8,7 +8,9 @@ heartbeat every `heartbeat` seconds while work goes on (a parameter, so a test c
 short one): a line of totals, then the hosts longest in their current task, each with how
 many tasks it has finished, that task and how long it has run ("lab-2  42 tasks done
 cuda_toolkit: Install the toolkit packages  3m12s"), so a long unpack says what it is.
-Both views read the same per-host rows."""
+Both views read the same per-host rows. Task names, plays and hook details come from
+Ansible and the hosts: the table's cells and the plain lines are cleaned Text
+(reports/terminal.py), never read as markup."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
+
+from provisioner.reports.terminal import text
 
 HEARTBEAT_SECONDS = 30.0
 BUSIEST = 10  # hosts a heartbeat names; a bigger fleet's others are counted, not listed
@@ -117,8 +120,7 @@ class Progress:
 
     def _plain(self, line: str) -> None:
         if not self.live:
-            self.console.print(f"[{duration(self.clock() - self.started)}] {line}", highlight=False, markup=False,
-                               soft_wrap=True)
+            self.console.print(text(f"[{duration(self.clock() - self.started)}] {line}"), soft_wrap=True)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -155,15 +157,16 @@ class Progress:
         changed = sum(1 for r in self.rows.values() if r["changed"])
         title = (f"{self.play}  ·  {len(self.rows)} host(s): {changed} changed, {failed} failed, "
                  f"{unreachable} unreachable  ·  {now - self.started:.0f}s")
-        table = Table(title=title, title_justify="left", expand=False)
+        table = Table(title=text(title), title_justify="left", expand=False)
         for column in ("host", "done", "role: current task", "for", "ok", "changed", "failed"):
             table.add_column(column)
         rows = sorted(self.rows.items(), key=lambda item: (not (item[1]["failed"] or item[1]["unreachable"]), item[0]))
         room = max(3, self.console.size.height - 8)  # title, header, borders, the "more" row
         for host, row in rows[:room]:
-            task = "[red]unreachable[/]" if row["unreachable"] else escape(row["task"][:80])
+            task = text("unreachable", "red") if row["unreachable"] else text(row["task"][:80])
             running = duration(now - row["since"]) if row["since"] is not None and not row["unreachable"] else ""
-            table.add_row(host, str(row["done"]), task, running, str(row["ok"]), str(row["changed"]), str(row["failed"]))
+            table.add_row(text(host), str(row["done"]), task, running, str(row["ok"]), str(row["changed"]),
+                          str(row["failed"]))
         if len(rows) > room:
             table.add_row(f"... {len(rows) - room} more", "", "", "", "", "", "")
         return table

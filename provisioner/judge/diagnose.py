@@ -3,11 +3,14 @@ the evidence lines it stands on and the fix; and what could not be collected, an
 
 Pure: it reads what the diagnose play returned (provisioner_state compare + diagnose_collect)
 and the profile. The readers are in parsers/ (ibstat, dmon, kernel_log, nvidia_smi).
+A fix is a command a person may paste: every word in it that a host supplied (a unit, a
+package, a kernel release) is shell-quoted.
 """
 
 from __future__ import annotations
 
 import re
+from shlex import quote
 
 from provisioner.judge import verify
 from provisioner.profiles.models import Profile
@@ -139,7 +142,7 @@ def _state_findings(state: dict, packages: dict, holds: set, units: dict, journa
                          f"apt-mark showhold: {package} is not listed" if package not in holds else ""]
             findings.append(Finding("fault", f"driver package {package} is no longer held: apt upgrade can move it "
                                              "away from the rest of the driver", tuple(e for e in evidence if e),
-                                    f"apt-mark hold {package} (or provision up --limit <host>, which re-pins and "
+                                    f"apt-mark hold {quote(package)} (or provision up --limit <host>, which re-pins and "
                                     "holds every driver package)"))
         elif item.startswith("package "):
             findings.append(Finding("fault", f"{item} moved off the version the profile pins", tuple(evidence),
@@ -152,8 +155,8 @@ def _state_findings(state: dict, packages: dict, holds: set, units: dict, journa
             evidence += _lines(journal, re.escape(unit.removesuffix(".service")), 6)
             verb = "disabled" if item.endswith(" enabled") else "stopped"
             findings.append(Finding("fault", f"unit {unit} was {verb} since the last converge", tuple(evidence),
-                                    f"systemctl enable --now {unit} (or provision up --limit <host>); "
-                                    f"journalctl -u {unit} -b says why it stopped"))
+                                    f"systemctl enable --now {quote(unit)} (or provision up --limit <host>); "
+                                    f"journalctl -u {quote(unit)} -b says why it stopped"))
         elif item.startswith("file "):
             findings.append(Finding("fault", f"managed {item}", tuple(evidence),
                                     "provision up --limit <host> writes it back"))
@@ -179,7 +182,7 @@ def _unit_findings(units: dict, journal: str, module_version: str, container: bo
             findings.append(Finding("fault", f"unit {unit} has failed", (
                 f"systemctl: ActiveState=failed Result={props.get('Result', '?')}",
                 *_lines(journal, re.escape(unit.removesuffix(".service")), 8)),
-                f"journalctl -u {unit} -b says why; fix that, then systemctl restart {unit}"))
+                f"journalctl -u {quote(unit)} -b says why; fix that, then systemctl restart {quote(unit)}"))
         elif enabled and active != "active" and unit.endswith(".service") and "nvidia" in unit:
             if not module_version:
                 findings.append(Finding("info", f"unit {unit} is enabled but not running: no nvidia kernel module is "
@@ -191,7 +194,8 @@ def _unit_findings(units: dict, journal: str, module_version: str, container: bo
                 findings.append(Finding("fault", f"unit {unit} is enabled but not running",
                                         (f"systemctl: ActiveState={active} UnitFileState={props.get('UnitFileState')}",
                                          *_lines(journal, re.escape(unit.removesuffix(".service")), 6)),
-                                        f"systemctl start {unit}; journalctl -u {unit} -b says why it stopped"))
+                                        f"systemctl start {quote(unit)}; journalctl -u {quote(unit)} -b says why it "
+                                        "stopped"))
     return findings
 
 
@@ -233,8 +237,8 @@ def _driver_findings(profile: Profile, collected: dict, module_version: str, pac
         if nvidia and not any(kernel in line and "installed" in line for line in nvidia) and not container:
             findings.append(Finding("fault" if profile.expects_gpu else "warning",
                                     f"dkms has no nvidia module installed for the running kernel {kernel}",
-                                    tuple(nvidia[:6]), f"apt install linux-headers-{kernel}, then dkms autoinstall "
-                                                       "(and reboot if the module must load)"))
+                                    tuple(nvidia[:6]), f"apt install {quote('linux-headers-' + kernel)}, then "
+                                                       "dkms autoinstall (and reboot if the module must load)"))
     sb = _out(collected, "secure_boot")
     if _ok(sb) and "enabled" in sb.get("stdout", "").lower() and profile.driver.source == "distro":
         findings.append(Finding("warning", "Secure Boot is on: a DKMS-built module loads only when signed with an "

@@ -35,49 +35,57 @@ def host_line(host) -> str:
 
 
 def render_table(report: Report, console, *, verbose: int = 0) -> None:
+    """Every field of a report may come from a host or a report.json read back: escaped in
+    markup, and cleaned by the console (reports/terminal.py)."""
     from rich.markup import escape
 
     if verbose:
         _full_table(report, console, changes_shown=None if verbose >= 2 else CHANGES_SHOWN)
     colour = {EXIT_OK: "green", EXIT_FAILED_CHECKS: "yellow"}.get(report.exit_code, "red")
-    console.print(f"provision {escape(report.command)} · profile {escape(report.profile)} · "
-                  f"[bold {colour}]{escape(summary_line(report))}[/]", highlight=False, soft_wrap=True)
+
+    def say(markup: str) -> None:
+        console.print(markup, markup=True, highlight=False, soft_wrap=True)
+
+    say(f"provision {escape(report.command)} · profile {escape(report.profile)} · "
+        f"[bold {colour}]{escape(summary_line(report))}[/]")
     for host in report.hosts:
         if host.outcome != "ok":
-            style = STATUS_STYLE[host.outcome]
-            console.print(f"  [{style}]{escape(host_line(host))}[/]", highlight=False, soft_wrap=True)
+            say(f"  [{STATUS_STYLE[host.outcome]}]{escape(host_line(host))}[/]")
     for error in report.errors:
-        console.print(f"[red]error:[/red] {escape(error)}", highlight=False, soft_wrap=True)
+        say(f"[red]error:[/red] {escape(error)}")
     if report.interrupted or report.errors:
-        console.print(f"[bold {colour}]{escape(report.verdict)}[/]", highlight=False, soft_wrap=True)
+        say(f"[bold {colour}]{escape(report.verdict)}[/]")
     for line in report.rollout_lines():
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        say(escape(line))
     retry = report.retry_command()
     if retry:
-        console.print(f"retry just those: {escape(retry)}", highlight=False, soft_wrap=True)
-    console.print(f"run record: {escape(str(report.run_dir))}", highlight=False, soft_wrap=True)
+        say(f"retry just those: {escape(retry)}")
+    say(f"run record: {escape(str(report.run_dir))}")
 
 
 def _full_table(report: Report, console, changes_shown: int | None = CHANGES_SHOWN) -> None:
     """--verbose: every host and every check. The result column is the host's outcome, so a
     host that failed a check reads `failed` there even when all its tasks ran. The first
-    `changes_shown` changed tasks of a host (None: all of them, -vv)."""
-    from rich.markup import escape
+    `changes_shown` changed tasks of a host (None: all of them, -vv). Cells are Text made by
+    terminal.text: no field is read as markup."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"provision {report.command} · profile {report.profile}", title_justify="left")
+    from provisioner.reports.terminal import text
+
+    table = Table(title=text(f"provision {report.command} · profile {report.profile}"), title_justify="left")
     table.add_column("host")
     table.add_column("result")
     table.add_column("changed / failures")
     table.add_column("checks")
+    lines = Text("\n").join
     for host in report.hosts:
-        style = STATUS_STYLE.get(host.outcome, "")
         shown = host.changed_tasks[:changes_shown]
         more = len(host.changed_tasks) - len(shown)
-        changes = "\n".join([f"[red]{escape(f)}[/red]" for f in host.failures] + [escape(t) for t in shown]
-                            + ([f"… {more} more (-vv)"] if more else []))
-        checks = "\n".join(f"[{STATUS_STYLE.get(c.status, '')}]{escape(c.status):4}[/] {escape(c.name)}: {escape(c.detail)}"
-                           for c in host.checks)
+        changes = lines([text(f, "red") for f in host.failures] + [text(t) for t in shown]
+                        + ([text(f"… {more} more (-vv)")] if more else []))
+        checks = lines(Text.assemble(text(f"{c.status:4}", STATUS_STYLE.get(c.status, "")), " ",
+                                     text(f"{c.name}: {c.detail}")) for c in host.checks)
         result = host.outcome + (" (changed)" if host.outcome == "ok" and host.status == "changed" else "")
-        table.add_row(escape(host.name), f"[{style}]{escape(result)}[/]", changes or "-", checks or "-")
+        table.add_row(text(host.name), text(result, STATUS_STYLE.get(host.outcome, "")), changes or "-", checks or "-")
     console.print(table)
