@@ -52,7 +52,7 @@ def redact_data(value):
     """Parsed JSON with every string redacted and the values of secret-named keys replaced."""
     if isinstance(value, dict):
         return {k: REDACTED if secrets.is_secret_name(str(k)) and str(k).lower() not in NOT_SECRET_HERE
-                and not isinstance(v, (dict, list)) else redact_data(v) for k, v in value.items()}
+                else redact_data(v) for k, v in value.items()}
     if isinstance(value, list):
         return [redact_data(v) for v in value]
     return redact(value) if isinstance(value, str) else value
