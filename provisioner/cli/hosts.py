@@ -166,8 +166,9 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
                                "command may run before it is killed and counts as failed.",
                                rich_help_panel=ROLLING_PANEL)] = HOOK_TIMEOUT,
        resume: Annotated[Optional[Path], typer.Option("--resume", help="Resume the rollout that stopped in this run "
-                         "folder: its failed and untouched hosts, with its batch, max-fail and hooks unless "
-                         "given again.", rich_help_panel=ROLLING_PANEL)] = None,
+                         "folder (yours, writable by no one else): its failed and untouched hosts, with its batch "
+                         "and max-fail. Its hooks run only when given again (the printed resume line carries them) "
+                         "or confirmed at a terminal.", rich_help_panel=ROLLING_PANEL)] = None,
        rollback: Annotated[bool, typer.Option("--rollback", help="Return the hosts to the profile they ran before "
                            "their last change (kept in each host's state record): its held versions, files and "
                            "units. --profile names the profile they run now. Works with --batch/--drain/--gate.",
@@ -185,9 +186,12 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
     --rollback: back to the profile each host ran before its last change."""
     from provisioner.engine import rolling
 
+    # Hooks a stopped rollout's record holds and the command line did not give again are shown
+    # and asked about only where a person can answer.
+    confirm = (lambda question: typer.confirm(question, default=False, err=True)) if sys.stdin.isatty() else None
     request = rolling.up_request(limit=fleet.limit, batch=fleet.batch, max_fail=fleet.max_fail, drain=drain,
                                  undrain=undrain, gate=gate, hook_timeout=hook_timeout, resume=resume,
-                                 rollback=rollback)
+                                 rollback=rollback, confirm=confirm)
     validated = fleet.fleet(limit=request.limit, batch=request.batch, max_fail=request.max_fail)
     if rollback:
         from dataclasses import replace
@@ -202,7 +206,7 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
         session(ctx).say(f"rollback: {len(back.hosts)} host(s) back to profile {back.profile!r} (sha256 "
                          f"{back.sha256[:12]}), from their state records: {back.path}", to_err=validated.as_json)
         profile = str(back.path)
-    talk_to_hosts(session(ctx), "up", profile, inventory, validated, check_target=request.check_same_profile,
+    talk_to_hosts(session(ctx), "up", profile, inventory, validated, check_target=request.check_target,
                   strict=strict, full=full, hooks=request.hooks or None,
                   resume_command=request.resume_command(profile, inventory, validated.batch, validated.max_fail))
 
