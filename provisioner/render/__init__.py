@@ -242,9 +242,13 @@ def host_digest(loaded: Loaded, overrides: dict[str, Any]) -> str:
     `check` sees an override change just as it sees a profile change."""
     if not overrides:
         return loaded.digest
-    canonical = json.dumps({"profile_sha256": loaded.digest, "inventory_overrides": overrides}, sort_keys=True,
-                           separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(host_digest_source(loaded.digest, overrides).encode()).hexdigest()
+
+
+def host_digest_source(profile_sha256: str, overrides: dict[str, Any]) -> str:
+    """What a host digest hashes (the controller keeps it beside the profile: engine/profile_store.py)."""
+    return json.dumps({"profile_sha256": profile_sha256, "inventory_overrides": overrides}, sort_keys=True,
+                      separators=(",", ":"), default=str)
 
 
 def _with_host_digests(loaded: Loaded, inventory: Inventory) -> Inventory:
