@@ -138,7 +138,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
     out: dict[str, Any] = {
         "provisioner_profile": p.name,
         "provisioner_profile_sha256": loaded.digest,
-        # The resolved profile, kept in the host's state record: what `up --rollback` returns to.
+        # The resolved profile, kept in the host's state record for whoever reads the node; `up
+        # --rollback` never loads it (the host's word), only the controller's own copy by digest.
         "provisioner_profile_yaml": profiles.to_yaml(p),
         "provisioner_os": p.os,
         # Which index the pins came from (URL, Release Date, Packages sha256): the state record keeps it.
