@@ -100,6 +100,28 @@ def write_file(path: Path | str, data: str | bytes, *, force: bool = False, mode
     return path
 
 
+def check_private(path: Path | str, what: str, fix: str) -> Path:
+    """`path`, a folder or file provision wrote and now reads back, refused unless it is the
+    user's alone: owned by them, writable by no one else, not a symbolic link. What others
+    can write to could hold anything by the time it is read (a run folder's hooks run here)."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise ProvisionError(f"cannot read the {what}: {exc.strerror or exc}", where=str(path), fix=fix) from None
+    problem = None
+    if stat.S_ISLNK(st.st_mode):
+        problem = f"is a symbolic link (to {os.readlink(path)})"
+    elif st.st_uid != os.getuid():
+        problem = f"belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
+    elif st.st_mode & 0o022:
+        who = {0o020: "its group", 0o002: "others", 0o022: "its group and others"}[st.st_mode & 0o022]
+        problem = f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem:
+        raise ProvisionError(f"the {what} {problem}: it is not read", where=str(path), fix=fix)
+    return path
+
+
 def _ours(path: Path) -> bool:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:

@@ -4,6 +4,7 @@ from source."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
@@ -12,6 +13,17 @@ _PACKAGE = Path(__file__).resolve().parent
 DATA_DIR = _PACKAGE / "data"            # the compatibility matrix, the Grafana dashboard
 TEMPLATES_DIR = _PACKAGE / "templates"  # the HTML report, the bundle's scripts and texts
 BUILTIN_PROFILES_DIR = _PACKAGE / "profiles"
+
+
+def state_dir() -> Path:
+    """This user's state on the controller: $XDG_STATE_HOME/gpu-provisioner (default
+    ~/.local/state/gpu-provisioner). It holds the record of what this controller did (the
+    profiles `up` applied, by digest, for `up --rollback`): per user, whatever the working
+    folder, and kept when run folders are pruned (XDG: state "that should persist between
+    restarts", such as "actions history"; not data a user edits, not a cache)."""
+    base = os.environ.get("XDG_STATE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"  # the spec ignores relative paths
+    return root / "gpu-provisioner"
 
 
 # The Ansible content is one collection, gpu_provisioner.node: roles, playbooks and our

@@ -47,6 +47,19 @@ def _packages_from_the_fixture_index(request, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_of_the_test_run(tmp_path_factory):
+    """The profiles `up` keeps for rollbacks (paths.state_dir) go to a folder of this test run,
+    never the user's own; lab tests' `provision` subprocesses inherit it."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
 def _fixtures() -> Path:
     # Real tool outputs captured on GPU machines, copied into the repository with their
     # provenance (tests/data/fixtures/SOURCES.md), so a clone runs its tests by itself.

@@ -138,8 +138,10 @@ def _setup(tmp: Path, steps: list[dict]) -> None:
             (tmp / value[0]).parent.mkdir(parents=True, exist_ok=True)
             (tmp / value[0]).symlink_to(value[1])
         elif kind == "report":
-            (tmp / "run").mkdir()
+            (tmp / "run").mkdir(mode=0o700)
             (tmp / "run" / "report.json").write_text(value)
+        elif kind == "chmod":
+            os.chmod(tmp / value[0], int(value[1], 8))
         else:
             raise AssertionError(f"unknown setup step {kind}")
 

@@ -144,25 +144,25 @@ def test_the_network_role_is_on_while_either_iperf3_or_infiniband_is():
     assert [item for item, _ in drift.components_off(recorded, neither)] == ["component network is off in the profile"]
 
 
-def test_rollback_refuses_hosts_without_a_previous_profile_by_name():
+def test_rollback_refuses_hosts_without_a_previous_profile_by_name(tmp_path: Path):
+    from provisioner.render.inventory import load as load_inventory
+
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("gpu-1\ngpu-2\ngpu-3\ngpu-4\n")
+    target = commands.Target(profiles.load("debian12-lab"), load_inventory(inv))
     with pytest.raises(ProvisionError) as err:
         rollback.choose({"gpu-1": {"recorded": True, "rollback_to": None}, "gpu-2": {"recorded": False},
-                         "gpu-3": {"recorded": True, "rollback_to": {"profile_yaml": "name: a\n"}}}, "run")
+                         "gpu-3": {"recorded": True, "rollback_to": {"profile_sha256": target.loaded.digest}},
+                         "gpu-4": {"recorded": True, "rollback_to": {"profile_sha256": "../../etc/x"}}}, target, "run")
     assert "gpu-1" in str(err.value) and "gpu-2" in str(err.value) and "gpu-3" not in str(err.value)
+    assert "gpu-4" in str(err.value)  # a digest that is not one is no previous profile
     assert "nothing was touched" in str(err.value)
-
-
-def test_rollback_refuses_hosts_that_ran_different_profiles_before_naming_each_group():
-    a = {"recorded": True, "rollback_to": {"profile": "a", "profile_sha256": "1", "profile_yaml": "name: a\n"}}
-    b = {"recorded": True, "rollback_to": {"profile": "b", "profile_sha256": "2", "profile_yaml": "name: b\n"}}
-    with pytest.raises(ProvisionError) as err:
-        rollback.choose({"gpu-1": a, "gpu-2": b, "gpu-3": a}, "run")
-    assert "--limit gpu-1,gpu-3 (back to 'a')" in str(err.value) and "--limit gpu-2 (back to 'b')" in str(err.value)
-    assert rollback.choose({"gpu-1": a, "gpu-3": a}, "run") == (a["rollback_to"], ["gpu-1", "gpu-3"])
+    # (Hosts whose previous profiles differ, and where the profile comes from:
+    # tests/test_rollback_trust.py.)
 
 
 def test_the_rendered_profile_yaml_loads_back_to_the_same_profile(tmp_path: Path):
-    """What a host records is what a rollback loads: the same profile, the same digest."""
+    """What a host records is what the controller keeps for a rollback: the same profile, the same digest."""
     for name in profiles.builtin_names():
         loaded = profiles.load(name)
         path = tmp_path / f"{name}.yml"

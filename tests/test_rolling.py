@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from provisioner.cli import app
-from provisioner.engine import rolling
+from provisioner.engine import resume, rolling
 from provisioner.errors import ProvisionError
 from provisioner.verdicts.checks import failed, passed
 from provisioner.reports import report as report_mod
@@ -159,15 +159,15 @@ def test_resume_reads_the_hosts_left_and_the_hooks_from_the_record(tmp_path: Pat
     report = _fleet(tmp_path, ["n1", "n2", "n3"])
     _roll(tmp_path, report, "1", 'test "$PROVISION_HOST" != n2')
     report.write()
-    state = rolling.resume_state(report.run_dir)
-    assert state["limit"] == "n2,n3" and state["batch"] == "1" and state["max_fail"] == 0
-    assert state["hooks"]["drain"].startswith("echo drain {host}")
+    record = resume.read(report.run_dir)
+    assert record.left == ["n2", "n3"] and record.rollout.batch == "1" and record.rollout.max_fail == 0
+    assert record.rollout.hooks.drain.startswith("echo drain {host}")
     loaded = report_mod.load(report.run_dir)
     assert loaded.exit_code == 1 and loaded.rollout == report.rollout
     report.rollout = {**report.rollout, "failed": [], "untouched": []}
     report.write()
     with pytest.raises(ProvisionError, match="nothing to resume"):
-        rolling.resume_state(report.run_dir)
+        resume.read(report.run_dir)
 
 
 def test_hooks_are_refused_without_batch_and_resume_with_limit(tmp_path: Path):
@@ -180,12 +180,13 @@ def test_hooks_are_refused_without_batch_and_resume_with_limit(tmp_path: Path):
     result = cli.invoke(app, ["up", "-p", "debian12-lab", str(hosts), "--resume", str(tmp_path), "--runs-dir", str(runs)])
     assert result.exit_code == 1 and "not a run folder" in result.output
     report = _fleet(tmp_path, ["n1"])
-    report.rollout = {"batch": "1", "failed": ["n1"], "untouched": [], "hooks": {"drain": "true"}}
+    _roll(tmp_path, report, "1", "false")
     report.write()
     result = cli.invoke(app, ["up", "-p", "debian12-lab", str(hosts), "--resume", str(report.run_dir), "--limit", "n1"])
     assert result.exit_code == 1 and "--resume and --limit both choose the hosts" in result.output
+    again = [w for kind in ("drain", "undrain", "gate") for w in (f"--{kind}", report.rollout["hooks"][kind])]
     result = cli.invoke(app, ["up", "-p", "debian12-lab", str(hosts), "--resume", str(report.run_dir), "--runs-dir",
-                              str(runs)])
+                              str(runs), *again])
     assert result.exit_code == 1 and "the profile changed since the stopped rollout" in result.output
     assert "--limit n1" in result.output and not runs.exists()
     assert json.loads((report.run_dir / "report.json").read_text())["rollout"]["failed"] == ["n1"]

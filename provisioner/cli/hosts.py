@@ -166,12 +166,15 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
                                "command may run before it is killed and counts as failed.",
                                rich_help_panel=ROLLING_PANEL)] = HOOK_TIMEOUT,
        resume: Annotated[Optional[Path], typer.Option("--resume", help="Resume the rollout that stopped in this run "
-                         "folder: its failed and untouched hosts, with its batch, max-fail and hooks unless "
-                         "given again.", rich_help_panel=ROLLING_PANEL)] = None,
+                         "folder (yours, writable by no one else): its failed and untouched hosts, with its batch "
+                         "and max-fail. Its hooks run only when given again (the printed resume line carries them) "
+                         "or confirmed at a terminal.", rich_help_panel=ROLLING_PANEL)] = None,
        rollback: Annotated[bool, typer.Option("--rollback", help="Return the hosts to the profile they ran before "
-                           "their last change (kept in each host's state record): its held versions, files and "
-                           "units. --profile names the profile they run now. Works with --batch/--drain/--gate.",
-                           rich_help_panel=ROLLING_PANEL)]
+                           "their last change: its held versions, files and units. Each host's state record names "
+                           "that profile's sha256; the profile is this controller's own copy (every profile up "
+                           "applies is kept), or --profile when its sha256 is that one; else --profile names the "
+                           "profile they run now. The digest and the diff are shown first. Works with "
+                           "--batch/--drain/--gate.", rich_help_panel=ROLLING_PANEL)]
        = False) -> None:
     """Converge the hosts to the profile, then verify them (preflight -> converge -> verify).
 
@@ -182,29 +185,55 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
     With --batch and --drain/--undrain/--gate: a rolling change, batch by batch (drain, converge,
     verify, gate, undrain), stopping at the first failed batch unless --max-fail allows more.
 
-    --rollback: back to the profile each host ran before its last change."""
+    --rollback: back to the profile each host ran before its last change, from the controller's own copy."""
     from provisioner.engine import rolling
 
+    # Hooks a stopped rollout's record holds and the command line did not give again are shown
+    # and asked about only where a person can answer.
+    confirm = (lambda question: typer.confirm(question, default=False, err=True)) if sys.stdin.isatty() else None
     request = rolling.up_request(limit=fleet.limit, batch=fleet.batch, max_fail=fleet.max_fail, drain=drain,
                                  undrain=undrain, gate=gate, hook_timeout=hook_timeout, resume=resume,
-                                 rollback=rollback)
+                                 rollback=rollback, confirm=confirm)
     validated = fleet.fleet(limit=request.limit, batch=request.batch, max_fail=request.max_fail)
+    back = None
     if rollback:
         from dataclasses import replace
 
         from provisioner.engine import commands
-        from provisioner.engine.rollback import previous_profile
+        from provisioner.engine.rollback import plan
 
         validated = replace(validated, become=validated.become.prompted())  # asked once, for the read and the converge
         with ansible_verbosity(validated.verbose):
-            back = previous_profile(commands.prepare(profile, inventory), validated.runs_dir, limit=validated.limit,
-                                    forks=validated.forks, become=validated.become)
-        session(ctx).say(f"rollback: {len(back.hosts)} host(s) back to profile {back.profile!r} (sha256 "
-                         f"{back.sha256[:12]}), from their state records: {back.path}", to_err=validated.as_json)
+            back = plan(commands.prepare(profile, inventory), validated.runs_dir, limit=validated.limit,
+                        forks=validated.forks, become=validated.become)
+        _show_rollback(session(ctx), back, to_err=validated.as_json)
         profile = str(back.path)
-    talk_to_hosts(session(ctx), "up", profile, inventory, validated, check_target=request.check_same_profile,
-                  strict=strict, full=full, hooks=request.hooks or None,
+
+    def check_target(target) -> None:  # before any host is touched
+        request.check_target(target)
+        if back is not None:
+            back.check_target(target)
+
+    talk_to_hosts(session(ctx), "up", profile, inventory, validated, check_target=check_target, strict=strict,
+                  full=full, hooks=request.hooks or None,
                   resume_command=request.resume_command(profile, inventory, validated.batch, validated.max_fail))
+
+
+def _show_rollback(s: Session, back, *, to_err: bool) -> None:
+    """What the rollback goes back to, from where, and how that differs from now: before it starts."""
+    from rich.markup import escape
+
+    source = "the controller's copy, kept when up applied it" if back.kept else "the --profile file"
+    s.say(escape(f"rollback: {len(back.hosts)} host(s) back to profile {back.back_to.profile.name!r} (sha256 "
+                 f"{back.digest}): {', '.join(back.hosts)}"), to_err=to_err)
+    s.say(escape(f"rollback: from {source}: {back.path}"), to_err=to_err)
+    diff = back.diff()
+    if back.now is None:
+        s.say("rollback: no diff: this controller has no copy of the profile the hosts run now", to_err=to_err)
+    elif not diff:
+        s.say("rollback: the profile they go back to is the one they run now", to_err=to_err)
+    for line in diff:
+        s.say(escape(line), to_err=to_err)
 
 
 @app.command("check")

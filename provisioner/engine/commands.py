@@ -28,7 +28,7 @@ from provisioner.judge import verify as verify_mod
 from provisioner.verdicts.checks import failed, passed
 from provisioner.render import render
 from provisioner.reports.report import HostReport, Report
-from provisioner.engine import drift, rolling
+from provisioner.engine import drift, profile_store, rolling
 from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
 from provisioner.engine.target import Target
 
@@ -247,6 +247,8 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
     try:
         render(loaded, target.inventory, inventory_dir, forks or 20, variables=target.role_vars)
         outputs.write_file(run_dir / "profile.yml", profiles.to_yaml(loaded.profile), mode=0o600)
+        if command == "up":  # what a later `up --rollback` goes back to, from this controller's own copy
+            profile_store.keep(loaded, target.inventory)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # no empty run record for a run that never started
         raise

@@ -210,28 +210,6 @@ def _untouched(host, number: int) -> None:
                                           "batch (not drained, converged or verified)"))
 
 
-def resume_state(run_dir: Path) -> dict[str, Any]:
-    """What `--resume RUN_DIR` takes from a stopped rollout's record: the hosts left to do
-    (the failed ones, still drained, then the untouched ones), and the batch, max-fail and
-    hooks it ran with."""
-    from provisioner.reports import report as report_mod
-
-    data = report_mod.read(run_dir)
-    rollout = data.get("rollout")
-    where = str(run_dir)
-    if data.get("command") != "up" or not isinstance(rollout, dict):
-        raise ProvisionError("this run folder holds no rollout (a `provision up` with --drain, --undrain or --gate)",
-                             where=where, fix="pass the run folder a stopped rollout printed (`resume: ...`)")
-    left = [str(h) for h in [*(rollout.get("failed") or []), *(rollout.get("untouched") or [])]]
-    if not left:
-        raise ProvisionError("nothing to resume: every host of that rollout was done", where=where,
-                             fix="run provision up without --resume")
-    return {"limit": ",".join(left), "batch": str(rollout.get("batch") or "1"),
-            "max_fail": rollout.get("max_fail"), "hooks": rollout.get("hooks") or {},
-            "hook_timeout": float(rollout.get("hook_timeout") or HOOK_TIMEOUT),
-            "profile_sha256": data.get("profile_sha256")}
-
-
 @dataclass(frozen=True)
 class UpRequest:
     """What `provision up` asked for once a stopped rollout's record (--resume) filled in what
@@ -244,9 +222,20 @@ class UpRequest:
     hooks: Hooks
     resumed_from: Path | None = None
     resumed_sha256: str | None = None
+    resumed_hosts: tuple[str, ...] = ()
 
-    def check_same_profile(self, target) -> None:
-        if self.resumed_from is not None and self.resumed_sha256 != target.loaded.digest:
+    def check_target(self, target) -> None:
+        """Before any host is touched: a resumed rollout runs with its own profile, on hosts of
+        this inventory only (its record is read back, so its host names are not trusted)."""
+        if self.resumed_from is None:
+            return
+        unknown = [h for h in self.resumed_hosts if h not in target.inventory.hosts]
+        if unknown:
+            raise ProvisionError(f"the stopped rollout's record names host(s) the inventory does not have: "
+                                 f"{', '.join(unknown)}; nothing was touched", where=str(self.resumed_from),
+                                 fix=f"resume with the inventory the rollout ran with "
+                                     f"({target.inventory.source} is not it), or pass --limit with its hosts")
+        if self.resumed_sha256 != target.loaded.digest:
             raise ProvisionError("the profile changed since the stopped rollout", where=str(self.resumed_from),
                                  fix=f"to roll the hosts it left with this profile, pass --limit {self.limit} "
                                      "instead of --resume")
@@ -261,26 +250,33 @@ class UpRequest:
 
 def up_request(*, limit: str | None, batch: str | None, max_fail: str | None, drain: str | None,
                undrain: str | None, gate: str | None, hook_timeout: float, resume: Path | None,
-               rollback: bool) -> UpRequest:
-    """The options of `up` checked against each other and completed from --resume's record;
-    refused with the fix before any host is touched."""
-    record = resume_state(resume) if resume is not None else {}
-    if record and limit:
-        raise ProvisionError("--resume and --limit both choose the hosts", where="--resume",
-                             fix="use --resume RUN_DIR, or the --limit it printed")
-    if rollback and resume is not None:
+               rollback: bool, confirm: Callable[[str], bool] | None = None) -> UpRequest:
+    """The options of `up` checked against each other and completed from --resume's record
+    (engine/resume.py); refused with the fix before any host is touched. confirm: asks the
+    person at the terminal (None without one) whether stored hooks not given again may run."""
+    from provisioner.engine import resume as resume_mod
+
+    given = Hooks(parse_hook(drain, "--drain"), parse_hook(undrain, "--undrain"), parse_hook(gate, "--gate"),
+                  hook_timeout)
+    if resume is None:
+        if given and not batch:
+            raise ProvisionError("--drain, --undrain and --gate roll the fleet batch by batch: --batch is missing",
+                                 where="--batch", fix="add --batch 1 (one host at a time) or --batch 10%")
+        return UpRequest(limit, batch, max_fail, given)
+    if rollback:
         raise ProvisionError("--rollback and --resume both choose the profile", where="--rollback",
                              fix="resume a stopped rollback with the --resume it printed, without --rollback")
-    kept = record.get("hooks", {})
-    hooks = Hooks(parse_hook(drain, "--drain") or kept.get("drain"),
-                  parse_hook(undrain, "--undrain") or kept.get("undrain"),
-                  parse_hook(gate, "--gate") or kept.get("gate"),
-                  hook_timeout if hook_timeout != HOOK_TIMEOUT else record.get("hook_timeout", HOOK_TIMEOUT))
-    batch = batch or record.get("batch")
-    if max_fail is None and record.get("max_fail") is not None:
-        max_fail = str(record["max_fail"])
-    if hooks and not batch:
-        raise ProvisionError("--drain, --undrain and --gate roll the fleet batch by batch: --batch is missing",
-                             where="--batch", fix="add --batch 1 (one host at a time) or --batch 10%")
-    return UpRequest(record.get("limit", limit), batch, max_fail, hooks, resume if record else None,
-                     record.get("profile_sha256"))
+    record = resume_mod.read(resume)
+    if limit:
+        raise ProvisionError("--resume and --limit both choose the hosts", where="--resume",
+                             fix="use --resume RUN_DIR, or the --limit it printed")
+    rollout = record.rollout
+    stored = {kind: getattr(rollout.hooks, kind) for kind in HOOK_KINDS
+              if getattr(rollout.hooks, kind) and not getattr(given, kind)}
+    if stored:
+        resume_mod.confirm_hooks(stored, str(resume), confirm)
+    hooks = Hooks(given.drain or rollout.hooks.drain, given.undrain or rollout.hooks.undrain,
+                  given.gate or rollout.hooks.gate, hook_timeout if hook_timeout != HOOK_TIMEOUT else rollout.hook_timeout)
+    return UpRequest(",".join(record.left), batch or rollout.batch,
+                     max_fail if max_fail is not None else str(rollout.max_fail), hooks, resume, record.profile_sha256,
+                     tuple(record.left))

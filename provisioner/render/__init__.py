@@ -138,7 +138,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
     out: dict[str, Any] = {
         "provisioner_profile": p.name,
         "provisioner_profile_sha256": loaded.digest,
-        # The resolved profile, kept in the host's state record: what `up --rollback` returns to.
+        # The resolved profile, kept in the host's state record for whoever reads the node; `up
+        # --rollback` never loads it (the host's word), only the controller's own copy by digest.
         "provisioner_profile_yaml": profiles.to_yaml(p),
         "provisioner_os": p.os,
         # Which index the pins came from (URL, Release Date, Packages sha256): the state record keeps it.
@@ -242,9 +243,13 @@ def host_digest(loaded: Loaded, overrides: dict[str, Any]) -> str:
     `check` sees an override change just as it sees a profile change."""
     if not overrides:
         return loaded.digest
-    canonical = json.dumps({"profile_sha256": loaded.digest, "inventory_overrides": overrides}, sort_keys=True,
-                           separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(host_digest_source(loaded.digest, overrides).encode()).hexdigest()
+
+
+def host_digest_source(profile_sha256: str, overrides: dict[str, Any]) -> str:
+    """What a host digest hashes (the controller keeps it beside the profile: engine/profile_store.py)."""
+    return json.dumps({"profile_sha256": profile_sha256, "inventory_overrides": overrides}, sort_keys=True,
+                      separators=(",", ":"), default=str)
 
 
 def _with_host_digests(loaded: Loaded, inventory: Inventory) -> Inventory:

@@ -74,9 +74,11 @@ def test_rolling_up_one_host_at_a_time_stops_at_a_failed_gate_and_resumes(lab, t
     assert sorted(p.name for p in (run_dir / "artifacts").iterdir()) == ["preflight", "site-batch1", "verify-batch1"]
     assert report_mod.load(run_dir).rollout["stopped_at"] == 1
 
-    # Resume (the batch and the drain/undrain hooks come from the record) with a gate that passes.
+    # Resume (the batch comes from the record; its hooks run only when given again, as the
+    # printed resume line does) with a gate that passes.
     log.write_text("")
-    second = _up(lab.inventory, runs, "--resume", str(run_dir), "--gate", hook % "gate")
+    second = _up(lab.inventory, runs, "--resume", str(run_dir), "--drain", hook % "drain", "--undrain",
+                 hook % "undrain", "--gate", hook % "gate")
     out = second.stdout + second.stderr
     assert second.returncode == 0, out
     assert log.read_text().splitlines() == [
