@@ -11,7 +11,6 @@ import io
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -23,6 +22,8 @@ from provisioner.reports.terminal import clean, console
 from provisioner.verdicts.checks import failed
 
 from .conftest import DATA
+from .test_rollback_trust import NODES, _state, _up
+from .test_rollback_trust import setup as rollback_setup  # noqa: F401 (a fixture)
 
 # What an attacker on a node puts in the text it reports, and how each must show.
 ATTACKS = {
@@ -112,18 +113,15 @@ def test_an_inventory_error_keeps_ansible_range_syntax_literal(tmp_path: Path):
     assert "begin:end:step" in result.output and "\U0001f51a" not in result.output  # not 🔚
 
 
-def test_the_rollback_line_prints_a_host_supplied_profile_name_as_text(tmp_path: Path, monkeypatch):
-    from provisioner.cli import hosts as cli_hosts
-    from provisioner.engine import rollback
-
+def test_the_rollback_lines_never_print_a_host_supplied_profile_name(rollback_setup):  # noqa: F811
+    """The rollback plan is shown from the controller's own copy of the profile (item 1): the
+    name a host reports, markup and escapes included, is not printed at all."""
+    tmp_path, fleet, hosts, old, new = rollback_setup
+    for loaded in (old, new):
+        assert _up(tmp_path, hosts, "--profile", str(loaded.files[0])).exit_code in (0, 2)
     name = f"[link=https://evil.example/]h100[/link] {PAYLOAD}"
-    monkeypatch.setattr(rollback, "previous_profile", lambda *a, **kw: SimpleNamespace(
-        hosts=("n1",), profile=name, sha256="a" * 64, path=tmp_path / "previous-profile.yml"))
-    monkeypatch.setattr(cli_hosts, "talk_to_hosts", lambda *a, **kw: None)  # the converge itself is not the point
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text("n1\n")
-    result = CliRunner().invoke(app, ["up", "-p", "debian12-lab", str(inventory), "--rollback", "--runs-dir",
-                                      str(tmp_path / "runs")], env={"COLUMNS": "400"})
-    assert result.exit_code == 0, result.output
-    assert not RAW.search(result.output) and "\\x1b]52;c;" in result.output
-    assert "[link=https://evil.example/]h100[/link]" in result.output  # text, not a link
+    fleet.states = {h: _state(new, old.digest, "", back_name=name) for h in NODES}
+    result = _up(tmp_path, hosts, "--rollback", "--profile", str(new.files[0]))
+    assert result.exit_code in (0, 2), result.output
+    assert not RAW.search(result.output) and "52;c;" not in result.output
+    assert "evil.example" not in result.output and "back to profile 'lab-old'" in result.output
