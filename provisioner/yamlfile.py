@@ -76,9 +76,10 @@ def read_yaml(path: Path) -> Any:
         raise ProvisionError(f"YAML error: {exc}", where=str(path)) from None
 
 
-def line_of(path: Path, keys: tuple[str | int, ...]) -> int | None:
+def line_of(path: Path, keys: tuple[str | int, ...], *, exact: bool = False) -> int | None:
     """The 1-based line where `keys` (a field path) is written in the file, or the
-    line of its deepest ancestor that is written there; None if none is."""
+    line of its deepest ancestor that is written there (`exact`: None unless `keys`
+    itself is); None if none is."""
     try:
         node = yaml.compose(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
@@ -88,11 +89,11 @@ def line_of(path: Path, keys: tuple[str | int, ...]) -> int | None:
         if isinstance(node, yaml.MappingNode):
             match = next((pair for pair in node.value if pair[0].value == key), None)
             if match is None:
-                break
+                return None if exact else line
             line, node = match[0].start_mark.line + 1, match[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             node = node.value[key]
             line = node.start_mark.line + 1
         else:
-            break
+            return None if exact else line
     return line

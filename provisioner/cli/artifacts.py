@@ -11,7 +11,7 @@ import typer
 
 from provisioner.cli.app import app, friendly, session
 from provisioner.cli.hosts import show
-from provisioner.cli.options import Force, InventoryArg, Json, Junit, Profile, Verbose
+from provisioner.cli.options import FilesRoot, Force, InventoryArg, Json, Junit, Profile, Verbose
 
 
 @app.command()
@@ -22,13 +22,14 @@ def monitoring(
     inventory: InventoryArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write prometheus/ and grafana/ into.")],
     force: Force = False,
+    files_root: FilesRoot = None,
 ) -> None:
     """Render Prometheus file_sd targets + a scrape config for the hosts' dcgm-exporters, and a Grafana dashboard."""
     from provisioner.engine import commands
     from provisioner.reports import monitoring as monitoring_mod
 
     s = session(ctx)
-    target = commands.prepare(profile, inventory)
+    target = commands.prepare(profile, inventory, files_root)
     result = monitoring_mod.render(target.loaded, target.inventory, output, force=force)
     for warning in result.warnings:
         s.warn(warning)

@@ -33,7 +33,7 @@ def diagnose(ctx: typer.Context, profile: Profile, inventory: InventoryArg, flee
     from provisioner.engine import diagnose as engine
 
     s = session(ctx)
-    target = commands.prepare(profile, inventory)  # everything validated before any host is touched
+    target = commands.prepare(profile, inventory, fleet.files_root)  # everything validated before any host is touched
     if dry_run:
         for line in engine.dry_run_lines(target.loaded.profile):
             s.say(line)

@@ -16,8 +16,8 @@ import typer
 from provisioner.cli.app import Session, app, friendly, session
 from provisioner.engine.rolling import HOOK_TIMEOUT
 from provisioner.errors import ProvisionError
-from provisioner.cli.options import (Fleet, FleetOptions, Force, InventoryArg, Output, Profile, ansible_verbosity,
-                                     fleet_options)
+from provisioner.cli.options import (FilesRoot, Fleet, FleetOptions, Force, InventoryArg, Output, Profile,
+                                     ansible_verbosity, fleet_options)
 
 # up's own options, grouped in its help beside the fleet options' panels (cli/options.py).
 CONVERGE_PANEL, ROLLING_PANEL = "How up converges", "Rolling changes and rollback"
@@ -43,6 +43,7 @@ def render(
     output: Output,
     forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
     force: Force = False,
+    files_root: FilesRoot = None,
 ) -> None:
     """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""
     from provisioner import paths
@@ -50,7 +51,7 @@ def render(
     from provisioner.render import render as render_dir
 
     s = session(ctx)
-    target = commands.prepare(profile, inventory)
+    target = commands.prepare(profile, inventory, files_root)
     _warn_dropped(s, target)
     written = render_dir(target.loaded, target.inventory, output, forks, force=force, variables=target.role_vars)
     if target.plan.origin:
@@ -82,7 +83,7 @@ def talk_to_hosts(s: Session, command: str, profile: str, inventory: Path, fleet
     from provisioner.engine import commands
     from provisioner.engine.progress import Progress
 
-    target = commands.prepare(profile, inventory)  # everything validated before any host is touched
+    target = commands.prepare(profile, inventory, fleet.files_root)  # everything validated before any host is touched
     if check_target:
         check_target(target)
     _warn_dropped(s, target, strict=strict)
@@ -199,14 +200,18 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
     if rollback:
         from dataclasses import replace
 
+        from provisioner import profiles
         from provisioner.engine import commands
         from provisioner.engine.rollback import plan
 
         validated = replace(validated, become=validated.become.prompted())  # asked once, for the read and the converge
         with ansible_verbosity(validated.verbose):
-            back = plan(commands.prepare(profile, inventory), validated.runs_dir, limit=validated.limit,
-                        forks=validated.forks, become=validated.become)
+            back = plan(commands.prepare(profile, inventory, validated.files_root), validated.runs_dir,
+                        limit=validated.limit, forks=validated.forks, become=validated.become)
         _show_rollback(session(ctx), back, to_err=validated.as_json)
+        # The kept copy lies in the controller's store: its files are still read from the
+        # files root of the profile named now.
+        validated = replace(validated, files_root=validated.files_root or profiles.find(profile).parent)
         profile = str(back.path)
 
     def check_target(target) -> None:  # before any host is touched

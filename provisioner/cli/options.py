@@ -24,6 +24,10 @@ from provisioner.errors import ProvisionError
 
 Profile = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name or path to a profile file.")]
 InventoryArg = Annotated[Path, typer.Argument(help="Ansible inventory: hosts.ini or a YAML inventory.")]
+FilesRoot = Annotated[Optional[Path], typer.Option(
+    "--files-root", envvar="PROVISION_FILES_ROOT", help="The folder the files a profile names (CA certificates, a "
+    "wheelhouse, an installer, a binary, a tarball) are read from, relative paths there; nothing outside it is "
+    "read. Default: the profile file's own folder.")]
 # The help panels the fleet options are grouped under (`provision up --help` has 21 options).
 HOSTS_PANEL, OUTPUT_PANEL, BECOME_PANEL = "Which hosts, how many at a time", "Output and records", "Becoming root"
 Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).",
@@ -70,7 +74,7 @@ DEFAULT_RUNS_DIR = Path("provision-runs")
 FLEET_OPTIONS: dict[str, Any] = {
     "limit": Limit, "forks": Forks, "as_json": Json, "runs_dir": RunsDir, "batch": Batch, "max_fail": MaxFail,
     "junit": Junit, "force": Force, "ask_become_pass": AskBecomePass, "become_password_file": BecomePasswordFile,
-    "become_method": BecomeMethod, "verbose": Verbose,
+    "become_method": BecomeMethod, "verbose": Verbose, "files_root": FilesRoot,
 }
 
 
@@ -90,6 +94,7 @@ class FleetOptions:
     become_password_file: Path | None = None
     become_method: str = "sudo"
     verbose: int = 0
+    files_root: Path | None = None
 
     def fleet(self, **changes: Any) -> Fleet:
         """Validated: refused here, before any host is touched (`changes`: values a stopped
@@ -101,7 +106,7 @@ class FleetOptions:
             check_file(o.junit, force=o.force, what="--junit")
         become = parse_become(o.ask_become_pass, o.become_password_file, o.become_method)
         return Fleet(o.limit, o.forks, o.as_json, o.runs_dir, parse_batch(o.batch), parse_max_fail(o.max_fail), o.junit,
-                     o.force, become, o.verbose)
+                     o.force, become, o.verbose, o.files_root)
 
 
 def fleet_options(*, without: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
@@ -141,6 +146,7 @@ class Fleet:
     force: bool = False
     become: Become = field(default_factory=Become)
     verbose: int = 0  # how many -v: see Verbose
+    files_root: Path | None = None  # where the profile's controller files are read (None: its folder)
 
 
 def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:

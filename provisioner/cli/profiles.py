@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from provisioner.cli.app import app, friendly, session
+from provisioner.cli.options import FilesRoot
 from provisioner.errors import ProvisionError
 
 profiles_app = typer.Typer(help="List, show and validate profiles.", invoke_without_command=True)
@@ -50,17 +51,19 @@ def profiles_show(ctx: typer.Context,
 def profiles_validate(ctx: typer.Context,
                       paths: Annotated[list[str], typer.Argument(help="Profile files or built-in names.")],
                       strict: Annotated[bool, typer.Option("--strict", help="Refuse warnings too (an end-of-life "
-                                                                          "driver branch): exit 1.")] = False) -> None:
-    """Validate profiles (schema and compatibility matrix); exit 1 if any is invalid.
+                                                                          "driver branch): exit 1.")] = False,
+                      files_root: FilesRoot = None) -> None:
+    """Validate profiles (schema, compatibility matrix, the files they name); exit 1 if any is invalid.
 
     Offline: NVIDIA package versions are checked against the committed snapshot only, as a
     note; render, preflight and up resolve them against the repository's live index."""
     from provisioner import profiles
+    from provisioner.profiles import controller_files
 
     s, bad = session(ctx), 0
     for ref in paths:
         try:
-            loaded = profiles.load(ref)
+            loaded = controller_files.resolve(profiles.load(ref), files_root)
             for warning in loaded.warnings:
                 s.err.print(f"[yellow]warn[/]  {escape(ref)}: {escape(warning.render())}", markup=True,
                             soft_wrap=True)

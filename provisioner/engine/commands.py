@@ -23,6 +23,7 @@ from provisioner.judge import distro as distro_mod
 from provisioner.judge import kernels as kernels_mod
 from provisioner.judge import preflight as preflight_mod
 from provisioner import profiles
+from provisioner.profiles import controller_files
 from provisioner.render import role_specs
 from provisioner.judge import verify as verify_mod
 from provisioner.verdicts.checks import failed, passed
@@ -51,9 +52,11 @@ DEEP_CHECK = ("deep-check",)
 UP_CONVERGING = ("preflight", "site", "verify")
 
 
-def prepare(profile_ref: str, inventory_path: Path) -> Target:
-    """Validate everything the run needs; raises ProvisionError before any host is touched."""
-    loaded, inventory = profiles.load(profile_ref), inventory_mod.load(inventory_path)
+def prepare(profile_ref: str, inventory_path: Path, files_root: Path | None = None) -> Target:
+    """Validate everything the run needs; raises ProvisionError before any host is touched.
+    `files_root`: where the files the profile names are read (None: the profile's folder)."""
+    loaded = controller_files.resolve(profiles.load(profile_ref), files_root)
+    inventory = inventory_mod.load(inventory_path)
     role_specs.check_inventory(inventory, loaded.profile)
     return Target(loaded, inventory)
 

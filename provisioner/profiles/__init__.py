@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ class Loaded:
     # one (packages.snapshot_advisory): said by `profiles validate`, never a refusal: the
     # live index decides at render time (packages.resolve).
     advisory: str | None = None
+    # The controller files the profile names, as written -> the checked absolute path the
+    # roles read (controller_files.resolve). Empty until checked, and for a bundle, whose
+    # node reads them from its own disk.
+    local_files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:

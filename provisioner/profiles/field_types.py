@@ -69,8 +69,31 @@ def _path(value: str) -> str:
     return value
 
 
+def controller_path(value: str) -> str:
+    """A file or folder on the controller, inside the files root (profiles/controller_files.py
+    checks it there): relative to that root, or absolute. `~` is not expanded and `..` never
+    climbs out: a shared profile must not name the operator's own files."""
+    single_line(value)
+    if value.startswith("~"):
+        raise ValueError(f"{value!r}: ~ is not expanded here; give a path inside the files root (relative to it, "
+                         "or absolute)")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} climbs out with ..: give a path inside the files root")
+    if not PATH_CHARS.match(value):
+        raise ValueError(f"{value!r} holds a character a path here may not (letters, digits and ._/+@,:=~- only)")
+    return value
+
+
+def url_or_controller_path(value: str) -> str:
+    """An artifact the controller hands to hosts: an http(s) URL, or a controller file
+    (controller_path)."""
+    if "://" in value:
+        return web_url(value)
+    return controller_path(value)
+
+
 def url_or_path(value: str) -> str:
-    """An artifact: an http(s) URL, or an absolute path (on the controller or the node)."""
+    """An http(s) URL, or an absolute path (on the node, or given to the bundle)."""
     if "://" in value:
         return web_url(value)
     return _path(value)
@@ -121,7 +144,8 @@ SingleLine = Annotated[str, AfterValidator(single_line)]
 WebUrl = Annotated[str, AfterValidator(web_url)]
 RepoUrl = Annotated[str, AfterValidator(repo_url)]
 UrlOrPath = Annotated[str, AfterValidator(url_or_path)]
-ControllerPath = Annotated[str, AfterValidator(_path)]
+ControllerPath = Annotated[str, AfterValidator(controller_path)]
+UrlOrControllerPath = Annotated[str, AfterValidator(url_or_controller_path)]
 OwnedDir = Annotated[str, AfterValidator(owned_dir)]
 PipRequirement = Annotated[str, AfterValidator(pip_requirement)]
 CondaSpec = Annotated[str, AfterValidator(conda_spec)]

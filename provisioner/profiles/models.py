@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
-                                     PipRequirement, RepoUrl, SingleLine, UrlOrPath, WebUrl)
+                                     PipRequirement, RepoUrl, SingleLine, UrlOrControllerPath, UrlOrPath,
+                                     WebUrl)
 
 DRIVER_VERSION = r"^\d{3}\.\d{2,3}(\.\d{2,3})?$"
 CUDA_VERSION = r"^\d{2}\.\d$"
@@ -149,7 +150,8 @@ class Library(Strict):
 
 class Nccl(Library):
     tests: bool = Field(False, description="build nccl-tests (all_reduce_perf) for verification")
-    tests_source: UrlOrPath | None = Field(None, description="URL or path of the nccl-tests source tarball")
+    tests_source: UrlOrControllerPath | None = Field(
+        None, description="URL of the nccl-tests source tarball, or its path in the files root on the controller")
     tests_sha256: Sha256 | None = Field(None, description="sha256 of tests_source (required with tests)")
 
     @model_validator(mode="after")
@@ -174,7 +176,8 @@ class PythonEnv(Strict):
     name: str = Field("pytorch_env", pattern=ENV_NAME, description="the environment's folder name (no /, not . or ..)")
     prefix: OwnedDir = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
     owner: str = Field("root", pattern=USER_NAME, description="the user who owns the environment")
-    conda_installer: UrlOrPath | None = Field(None, description="Miniforge installer URL or path")
+    conda_installer: UrlOrControllerPath | None = Field(
+        None, description="Miniforge installer URL, or its path in the files root on the controller")
     conda_installer_sha256: Sha256 | None = Field(None, description="sha256 of conda_installer (required for conda)")
     conda_packages: list[CondaSpec] = Field(default_factory=list, description="conda packages for the environment, "
                                                                               "from mirrors.conda_channels")
@@ -209,8 +212,9 @@ class Exporter(Strict):
     version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(-\d+)?$")] | None = Field(
         None, description="the packaged exporter's version (datacenter-gpu-manager-exporter); defaults to the "
                           "newest in the catalogue")
-    binary: UrlOrPath | None = Field(None, description="a dcgm-exporter binary URL or path instead of NVIDIA's "
-                                                        "package (the fallback where the repository has none)")
+    binary: UrlOrControllerPath | None = Field(
+        None, description="a dcgm-exporter binary (URL, or path in the files root on the controller) instead of "
+                          "NVIDIA's package (the fallback where the repository has none)")
     binary_sha256: Sha256 | None = Field(None, description="sha256 of binary (required with binary)")
 
 
@@ -246,15 +250,19 @@ class Mirrors(Strict):
     apt_proxy: WebUrl | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
     pip_index_url: WebUrl | None = Field(None, description="pip index for the environment's packages (torch comes "
                                                          "from torch_index_url)")
-    pip_find_links: UrlOrPath | None = Field(None, description="local wheelhouse folder or URL; used before any index")
+    pip_find_links: UrlOrPath | None = Field(None, description="wheelhouse folder on the host, or URL; used before any "
+                                                               "index")
     wheelhouse_source: ControllerPath | None = Field(
-        None, description="folder of wheels on the controller, copied to each host's find-links folder; "
-                          "torch is then taken from it (it must hold the torch wheel), not from the PyTorch index")
+        None, description="folder of wheels in the files root on the controller, copied to each host's find-links "
+                          "folder; torch is then taken from it (it must hold the torch wheel), not from the PyTorch "
+                          "index")
     torch_index_url: WebUrl | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
     conda_channels: list[CondaChannel] = Field(default_factory=lambda: ["conda-forge"],
                                                description="conda channels, in order")
     download_base_url: WebUrl | None = Field(None, description="where single-file downloads are mirrored")
-    ca_certificates: list[ControllerPath] = Field(default_factory=list, description="extra CA certificate files (PEM) to trust")
+    ca_certificates: list[ControllerPath] = Field(
+        default_factory=list, description="extra CA certificate files to trust: PEM certificates only, in the files "
+                                          "root on the controller")
 
 
 class Verify(Strict):

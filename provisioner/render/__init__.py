@@ -135,6 +135,11 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
     m = p.mirrors
     env = p.python_env
     exporter = p.dcgm.exporter
+
+    def local(value: str | None) -> str | None:
+        """A controller file as the roles read it: the checked path in the files root."""
+        return loaded.local_files.get(value, value) if value is not None else None
+
     out: dict[str, Any] = {
         "provisioner_profile": p.name,
         "provisioner_profile_sha256": loaded.digest,
@@ -151,7 +156,7 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "provisioner_distro_archive": distro.archive(p),
         "provisioner_reboot_allowed": p.reboot.allowed,
         "provisioner_reboot_timeout": p.reboot.timeout_s,
-        "common_extra_ca_certificates": m.ca_certificates,
+        "common_extra_ca_certificates": [local(c) for c in m.ca_certificates],
         # One role sets up NVIDIA's repository for every component that comes from it.
         # (DCGM has no other source.)
         "cuda_repo_enabled": from_repo,
@@ -217,13 +222,13 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "cuda_repo_key_fingerprint": m.cuda_repo_key_fingerprint,
         "python_env_pip_index_url": m.pip_index_url,
         "python_env_pip_find_links": m.pip_find_links,
-        "python_env_wheelhouse_source": m.wheelhouse_source,
+        "python_env_wheelhouse_source": local(m.wheelhouse_source),
         "python_env_torch_index_url": m.torch_index_url,
-        "python_env_conda_installer": env.conda_installer,
+        "python_env_conda_installer": local(env.conda_installer),
         "python_env_conda_installer_sha256": env.conda_installer_sha256,
-        "nccl_tests_source": p.nccl.tests_source,
+        "nccl_tests_source": local(p.nccl.tests_source),
         "nccl_tests_sha256": p.nccl.tests_sha256,
-        "dcgm_exporter_binary": exporter.binary,
+        "dcgm_exporter_binary": local(exporter.binary),
         "dcgm_exporter_binary_sha256": exporter.binary_sha256,
         "provisioner_download_base_url": m.download_base_url,
     }

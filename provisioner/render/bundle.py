@@ -34,7 +34,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from provisioner import __version__, paths, profiles
 from provisioner.errors import ProvisionError
-from provisioner.profiles import Loaded
+from provisioner.profiles import Loaded, controller_files
 from provisioner.render.ansible_data import dump_unsafe
 from provisioner.outputs import check_file, write_file
 from provisioner.render import role_vars
@@ -126,6 +126,11 @@ def warnings_for(loaded: Loaded) -> list[str]:
 def members(loaded: Loaded) -> dict[str, bytes | Path]:
     """Everything in the bundle: archive name -> bytes, or the file whose bytes go in."""
     p = loaded.profile
+    relative = [item for item in controller_files.named(p) if not item.value.startswith("/")]
+    if relative:  # no files root on the node: the roles would look among their own files
+        raise ProvisionError(f"{relative[0].field}: {relative[0].value!r} is a path in the controller's files root, "
+                             "but a bundle's node reads it from its own disk", where=str(loaded.files[0]),
+                             fix="give the file's absolute path on the node, or an https URL")
     header = f"# Rendered by `provision bundle` from profile {p.name} (sha256 {loaded.digest}).\n"
     manifest = {"profile": p.name, "profile_sha256": loaded.digest, "provisioner_version": __version__,
                 "ansible_core": ANSIBLE_CORE, "apply": "ansible-playbook -i inventory local.yml"}
