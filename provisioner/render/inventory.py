@@ -46,6 +46,20 @@ class Inventory:
     def effective_vars(self, host: str) -> dict[str, Any]:
         """The variables `host` ends up with, in Ansible's order: `all`, then groups by depth
         (a child after its parent) and name, then the host's own."""
+        merged: dict[str, Any] = {}
+        for name in self._groups_in_order(host):
+            merged.update(self.groups[name].vars)
+        merged.update(self.hosts.get(host, {}))
+        return merged
+
+    def owner_of(self, host: str, name: str) -> str:
+        """Who gives `host` its variable `name`: "host node1", or the group that wins ("group gpu")."""
+        if name in self.hosts.get(host, {}):
+            return f"host {host}"
+        return next((f"group {g}" for g in reversed(self._groups_in_order(host)) if name in self.groups[g].vars),
+                    f"host {host}")
+
+    def _groups_in_order(self, host: str) -> list[str]:
         parents: dict[str, set[str]] = {}
         for group in self.groups.values():
             for child in group.children:
@@ -62,11 +76,7 @@ class Inventory:
                 if parent not in member:
                     member.add(parent)
                     todo.append(parent)
-        merged: dict[str, Any] = {}
-        for name in sorted(member | {"all"} & set(self.groups), key=lambda g: (depth(g), g)):
-            merged.update(self.groups[name].vars)
-        merged.update(self.hosts.get(host, {}))
-        return merged
+        return sorted(member | {"all"} & set(self.groups), key=lambda g: (depth(g), g))
 
     def where(self, owner: str, name: str) -> str:
         """file:line where `owner` sets the variable `name` (or the file alone)."""

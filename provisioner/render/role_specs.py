@@ -19,6 +19,7 @@ from provisioner.yamlfile import load_data
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
+from provisioner.render import overrides
 from provisioner.render.inventory import Inventory
 from provisioner.profiles.models import Profile
 
@@ -78,7 +79,8 @@ def _owners(inventory: Inventory) -> list[tuple[str, dict[str, Any]]]:
 
 
 def check_overrides(profile: Profile) -> None:
-    """Every name in the profile's inventory_overrides is a variable the profile renders."""
+    """Every name in the profile's inventory_overrides is a variable the profile renders, and
+    one a host may differ in (overrides.OVERRIDABLE)."""
     from provisioner.render import PROFILE_FIELD
 
     for name in profile.inventory_overrides:
@@ -88,6 +90,12 @@ def check_overrides(profile: Profile) -> None:
                                  "(an inventory may set it anyway)" + (f"; did you mean {close[0]}?" if close else ""),
                                  fix="list only role variables the profile sets (provision render shows them in "
                                      "group_vars/all/provisioner.yml)")
+        why = overrides.refusal(name)
+        if why:
+            raise ProvisionError(f"inventory_overrides names {name!r} (profile field {PROFILE_FIELD[name]}), which "
+                                 f"cannot be overridden per host: {why}",
+                                 fix=f"remove it from inventory_overrides; give hosts that differ in it a profile of "
+                                     f"their own (extends: this one). Overridable: {', '.join(sorted(overrides.OVERRIDABLE))}")
 
 
 def profile_owned(inventory: Inventory, profile: Profile) -> None:
@@ -121,3 +129,4 @@ def check_inventory(inventory: Inventory, profile: Profile | None = None) -> Non
     if profile is not None:
         check_overrides(profile)
         profile_owned(inventory, profile)
+        overrides.check(inventory, profile)
