@@ -150,12 +150,18 @@ def test_a_ca_file_is_pem_certificates_only(tmp_path: Path):
     assert "not an X.509 certificate" in controller_files.pem_problem(broken)
 
 
-def test_a_built_in_profiles_own_files_are_taken_as_written_a_childs_are_checked(tmp_path: Path):
+def test_a_built_in_profiles_own_files_are_taken_as_written_any_other_is_checked(tmp_path: Path):
+    """The lab's /opt/wheels, named by debian12-lab itself: in the built-in, in a child, and in the
+    flattened copy a rollback applies. Another path in the same field is checked."""
     lab = controller_files.resolve(profiles.load("debian12-lab"))
     assert lab.local_files == {}
     assert role_vars(lab)["python_env_wheelhouse_source"] == "/opt/wheels"
-    child = _profile(tmp_path, "mirrors:\n  wheelhouse_source: /opt/wheels\n")
-    with pytest.raises(ProvisionError, match="'/opt/wheels' is outside the files root"):
+    (tmp_path / "flat.yml").write_text(profiles.to_yaml(lab.profile))
+    for accepted in (_profile(tmp_path, "python_env:\n  name: child\n"), tmp_path / "flat.yml"):
+        loaded = controller_files.resolve(profiles.load(str(accepted)))
+        assert role_vars(loaded)["python_env_wheelhouse_source"] == "/opt/wheels"
+    child = _profile(tmp_path, "mirrors:\n  wheelhouse_source: /opt\n")
+    with pytest.raises(ProvisionError, match="'/opt' is outside the files root"):
         controller_files.resolve(profiles.load(str(child)))
 
 

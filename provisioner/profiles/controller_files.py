@@ -13,14 +13,15 @@ folder, each wheel in it a regular file inside the root). A CA file must hold PE
 certificates and nothing else: a private key in it is refused. The roles are given the
 checked absolute paths, so they read and checksum nothing outside the root.
 
-What a built-in profile itself names is the package's own configuration (the lab's
-wheelhouse, /opt/wheels) and is taken as written; a profile that extends it and names its
-own files is checked like any other.
+A path a built-in profile itself names is the package's own configuration (the lab's
+wheelhouse, /opt/wheels) and is taken as written wherever it appears: in a profile that
+extends the built-in, and in the flattened copy a rollback applies. Any other path is checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import ssl
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from provisioner import paths
 from provisioner.errors import ProvisionError
-from provisioner.yamlfile import line_of, read_bounded
+from provisioner.yamlfile import line_of, load_data, read_bounded
 
 # A CA bundle is a few hundred KiB at most (the whole Mozilla store is ~220 KiB).
 CA_CAP = 1 << 20
@@ -47,6 +48,12 @@ class _Refused(Exception):
         self.fix = fix
 
 
+# The profile fields that name controller files (a URL in the last three is downloaded by the hosts).
+FIELDS: tuple[tuple[str, ...], ...] = (("mirrors", "ca_certificates"), ("mirrors", "wheelhouse_source"),
+                                       ("python_env", "conda_installer"), ("nccl", "tests_source"),
+                                       ("dcgm", "exporter", "binary"))
+
+
 @dataclasses.dataclass(frozen=True)
 class Named:
     """One controller path a profile names."""
@@ -58,6 +65,19 @@ class Named:
     @property
     def field(self) -> str:
         return ".".join(str(part) for part in self.loc)
+
+
+@functools.cache
+def shipped() -> frozenset[tuple[str, str]]:
+    """(field, path) for each controller path a built-in profile names itself: the package's own."""
+    out = set()
+    for path in sorted(paths.BUILTIN_PROFILES_DIR.glob("*.yml")):
+        data = load_data(path.read_text(encoding="utf-8")) or {}
+        for loc in FIELDS:
+            value = functools.reduce(lambda d, key: d.get(key) if isinstance(d, dict) else None, loc, data)
+            out.update((".".join(loc), v) for v in (value if isinstance(value, list) else [value])
+                       if isinstance(v, str) and "://" not in v)
+    return frozenset(out)
 
 
 def named(profile) -> list[Named]:
@@ -91,9 +111,9 @@ def resolve(loaded, given_root: Path | None = None):
     root = files_root(given_root, loaded.files[0])
     local: dict[str, str] = {}
     for item in named(loaded.profile):
-        writer = next((f for f in loaded.files if line_of(f, item.loc, exact=True) is not None), None)
-        if writer is not None and writer.parent == paths.BUILTIN_PROFILES_DIR.resolve():
+        if (".".join(str(k) for k in item.loc if isinstance(k, str)), item.value) in shipped():
             continue  # the package's own configuration, taken as written
+        writer = next((f for f in loaded.files if line_of(f, item.loc, exact=True) is not None), None)
         where = f"{writer}:{line_of(writer, item.loc, exact=True)}" if writer else str(loaded.files[0])
         try:
             local[item.value] = str(_check(root, item))
