@@ -134,12 +134,41 @@ def _describe(error: dict, files: tuple[Path, ...]) -> str:
     return f"{loc_text}: {field}: {message}"
 
 
+def _where(files: tuple[Path, ...], loc: tuple[str | int, ...]) -> str:
+    """file:line of the first file of the chain that writes the field `loc`."""
+    for candidate in files:
+        line = line_of(candidate, loc)
+        if line is not None and (len(loc) <= 1 or line_of(candidate, loc[:1]) is not None):
+            return f"{candidate}:{line}"
+    return str(files[0])
+
+
+def _refuse_secrets(value: Any, files: tuple[Path, ...], loc: tuple[str | int, ...] = ()) -> None:
+    """A profile is shared between teams and copied into every run folder and bundle: no value
+    in it may carry a credential (a URL's password, a token, a webhook URL), whatever its field."""
+    from provisioner.render import secrets
+
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_secrets(item, files, (*loc, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_secrets(item, files, (*loc, i))
+    elif isinstance(value, str) and secrets.holds_secret(value):
+        field = ".".join(str(p) for p in loc)
+        raise ProvisionError(f"{field} carries a credential (a URL's password, an access token or a webhook URL); "
+                             "it would be copied into every run folder, bundle and host", where=_where(files, loc),
+                             fix="give the hosts their credentials another way (netrc, pip.conf, an apt auth.conf, "
+                                 "the environment) and keep the profile free of them")
+
+
 def load(ref: str) -> Loaded:
     """Load, compose and validate a profile; every failure is a ProvisionError."""
     from provisioner.profiles import compat  # the matrix is data; loading it waits until needed
 
     path = find(ref)
     data, files = _raw_chain(path)
+    _refuse_secrets(data, files)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:

@@ -280,7 +280,7 @@ def load(path: Path) -> Inventory:
             name = str(name)
             if name in _MAGIC_VARS:
                 continue
-            if secrets.is_secret_name(name) or secrets.holds_private_key(value) and not isinstance(value, (dict, list)):
+            if secrets.is_secret_name(name) or secrets.holds_secret(value) and not isinstance(value, (dict, list)):
                 dropped.append(f"{owner}: {name}")
                 continue
             kept[name] = secrets.strip(_plain(value), f"{owner}: {name}", dropped)
