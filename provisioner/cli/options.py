@@ -12,6 +12,8 @@ import functools
 import inspect
 import os
 import re
+import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -53,7 +55,7 @@ AskBecomePass = Annotated[bool, typer.Option("--ask-become-pass", "-K", help="As
                                              "become (sudo) needs; it is kept in memory only.",
                                              rich_help_panel=BECOME_PANEL)]
 BecomePasswordFile = Annotated[Optional[Path], typer.Option(
-    "--become-password-file", help="A file holding the become password (for cron and CI; keep it owner-only).",
+    "--become-password-file", help="A file holding the become password (for cron and CI): an owner-only, non-executable regular file, else refused.",
     rich_help_panel=BECOME_PANEL)]
 BecomeMethod = Annotated[str, typer.Option("--become-method", help="How the plays gain root: sudo, su, doas, ...",
                                            rich_help_panel=BECOME_PANEL)]
@@ -155,11 +157,19 @@ def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:
     if password_file is not None:
         path = password_file.expanduser()
         try:
-            with path.open("rb"):
-                pass
+            with path.open("rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
         except OSError as exc:
             raise ProvisionError(f"cannot read the become password file: {exc.strerror}", where=str(path),
                                  fix="create it (owner-only, the password on one line) or use --ask-become-pass") from None
+        # Ansible runs an executable password file and takes its output as the password; one
+        # that others can read or write gives root on every host to whoever can.
+        problem = ("is not a regular file" if not stat.S_ISREG(mode)
+                   else "is executable (Ansible would run it, not read it)" if mode & 0o111
+                   else "can be read or written by group or others" if mode & 0o077 else None)
+        if problem:
+            raise ProvisionError(f"the become password file {problem} (mode {stat.filemode(mode)})", where=str(path),
+                                 fix=f"make it an owner-only file holding the password: chmod 600 {shlex.quote(str(path))}")
         return Become(method, path.resolve())
     return Become(method, ask=ask)
 
