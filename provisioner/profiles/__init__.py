@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,12 @@ def _describe(error: dict, files: tuple[Path, ...]) -> str:
         message = "required setting is missing"
     elif error["type"] == "literal_error" and "expected" in error.get("ctx", {}):
         message = f"must be one of {error['ctx']['expected']}"
+    if not loc:  # a check across sections names its fields: point at one the profile's own file writes
+        named = [tuple(n.split(".")) for n in re.findall(r"\b[a-z_]+(?:\.[a-z_]+)+\b", message)]
+        for candidate, keys in ((c, k) for c in files for k in named):
+            written = line_of(candidate, keys)
+            if written is not None and written != line_of(candidate, keys[:-1]):
+                return f"{candidate}:{written}: {message}"
     loc_text = f"{where}:{line}" if line else str(where)
     return f"{loc_text}: {field}: {message}"
 
@@ -191,9 +198,11 @@ def load(ref: str) -> Loaded:
     # `judge` and `report` included. render/up resolve them (packages.resolve).
     from provisioner.profiles import packages
     try:
+        packages.check_key_fingerprint(profile)
         advisory = packages.snapshot_advisory(profile)
     except ProvisionError as exc:
-        raise ProvisionError(exc.message, where=f"{files[0]}: {exc.where}", fix=exc.fix) from None
+        where = _where(files, tuple(exc.where.split("."))) if exc.where and exc.where.startswith("mirrors.") else None
+        raise ProvisionError(exc.message, where=where or f"{files[0]}: {exc.where}", fix=exc.fix) from None
     return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), advisory)
 
 
@@ -222,5 +231,7 @@ def digest(profile: Profile) -> str:
         data.pop("inventory_overrides", None)
     if not data["cuda"].get("forward_compat"):  # likewise for cuda.forward_compat (issue 15)
         data["cuda"].pop("forward_compat", None)
+    if not data["dcgm"]["enabled"]:  # the exporter's flag kept its default with DCGM off until issue 28
+        data["dcgm"]["exporter"]["enabled"] = True
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
