@@ -73,16 +73,6 @@ def test_render_writes_the_folder(tmp_path: Path):
     assert (tmp_path / "x/hosts.yml").is_file() and (tmp_path / "x/group_vars/all/provisioner.yml").is_file()
 
 
-def test_forks_above_the_host_count_are_the_host_count(tmp_path: Path):
-    # issue 28, item 15: --forks 1000000 is refused (over 500, tests/data/bad/cli-cases.yml); more
-    # than the inventory's hosts is taken as the host count, as Ansible itself starts no more workers.
-    hosts = tmp_path / "hosts.ini"
-    hosts.write_text("[gpu]\nn1 ansible_host=10.1.1.1\nn2 ansible_host=10.1.1.2\n")
-    result = runner.invoke(app, ["render", "-p", "h100-train", str(hosts), "-o", str(tmp_path / "x"), "--forks", "500"])
-    assert result.exit_code == 0, result.output
-    assert "\nforks = 2\n" in (tmp_path / "x/ansible.cfg").read_text()
-
-
 def test_render_warns_about_dropped_secrets(tmp_path: Path):
     hosts = tmp_path / "hosts.ini"
     hosts.write_text("[gpu]\nn1 ansible_host=10.1.1.1 ansible_become_password=s3cr3t\n")

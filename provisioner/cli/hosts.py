@@ -42,7 +42,7 @@ def render(
     inventory: InventoryArg,
     output: Output,
     forks: Annotated[int, typer.Option("--forks", "-f", min=1, max=MAX_FORKS, help=f"forks in the rendered ansible.cfg "
-                                       f"(at most {MAX_FORKS}, and at most the inventory's hosts)")] = 20,
+                                       f"(at most {MAX_FORKS})")] = 20,
     force: Force = False,
 ) -> None:
     """Write the inventory, group_vars and ansible.cfg Ansible will see, without running anything."""

@@ -30,12 +30,11 @@ InventoryArg = Annotated[Path, typer.Argument(help="Ansible inventory: hosts.ini
 HOSTS_PANEL, OUTPUT_PANEL, BECOME_PANEL = "Which hosts, how many at a time", "Output and records", "Becoming root"
 Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).",
                                               rich_help_panel=HOSTS_PANEL)]
-# One controller carries a few hundred hosts at once (docs/fleets.md); more forks than that is a
-# typo (--forks 1000000), and more than the inventory's hosts is the host count (what Ansible starts).
+# One controller carries a few hundred hosts at once (docs/fleets.md): more forks than that is a
+# typo (--forks 1000000). More than the hosts costs nothing: Ansible starts one worker per host at most.
 MAX_FORKS = 500
 Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, max=MAX_FORKS, rich_help_panel=HOSTS_PANEL,
-                                              help=f"Hosts worked on in parallel (at most {MAX_FORKS}; more than the "
-                                                   "inventory's hosts is taken as the host count).")]
+                                              help=f"Hosts worked on in parallel (at most {MAX_FORKS}).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.",
                                     rich_help_panel=OUTPUT_PANEL)]
 RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR",

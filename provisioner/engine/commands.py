@@ -235,8 +235,6 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
              full: bool, become: Become | None, hooks: rolling.Hooks | None = None,
              resume_command: str = "") -> Report:
     loaded = target.loaded
-    if forks:  # Ansible starts no more workers than hosts; the record then says what ran
-        forks = min(forks, len(target.inventory.hosts))
     extravars: dict[str, object] = {}
     # A rollout (hooks): the controller walks the batches, so no serial and no
     # max_fail_percentage inside the plays.

@@ -302,7 +302,7 @@ def render(loaded: Loaded, inventory: Inventory, out_dir: Path, forks: int = 20,
         "group_vars/all/provisioner.yml": group_vars_text(loaded, variables),
     }
     out_dir = outputs.check_folder(out_dir, [*names, "ansible.cfg"], force=force)
-    names["ansible.cfg"] = ansible_cfg(out_dir, min(forks, max(1, len(inventory.hosts))))  # no idle workers
+    names["ansible.cfg"] = ansible_cfg(out_dir, forks)
     # Owner-only: an inventory says where a fleet is and how to reach it.
     return sorted(outputs.write_file(out_dir / name, text, force=force, mode=0o600, what=f"rendered {name}",
                                      replace=True)
