@@ -277,7 +277,8 @@ class Mirrors(Strict):
                           "torch is then taken from it (it must hold the torch wheel), not from the PyTorch index")
     torch_index_url: WebUrl | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
     conda_channels: list[CondaChannel] = Field(default_factory=lambda: ["conda-forge"],
-                                               description="conda channels, in order")
+                                               description="conda channels, in order: names, or https URLs "
+                                                           "(conda checks no signatures, so never http)")
     download_base_url: WebUrl | None = Field(None, description="where single-file downloads are mirrored")
     ca_certificates: list[ControllerPath] = Field(default_factory=list, description="extra CA certificate files (PEM) to trust")
 
