@@ -55,14 +55,44 @@ def read_bounded(path: Path | str, cap: int, what: str = "file") -> bytes:
     return data
 
 
+class DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping: YAML says keys are
+    unique, PyYAML keeps the last one silently, and in a shared profile the first one is the
+    one a reader sees. (A `<<` merge may still be overridden: that is what it is for.)"""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    first = seen[key].start_mark
+                    raise DuplicateKey(None, None, f"the key {key!r} is written twice in one mapping, on line "
+                                                   f"{first.line + 1} and line {key_node.start_mark.line + 1}",
+                                       key_node.start_mark)
+                seen[key] = key_node
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; syntax errors become ProvisionError naming file:line:column."""
+    """Parse a YAML file; syntax errors and keys written twice become ProvisionError naming
+    file:line:column."""
     try:
         text = read_bounded(path, PROFILE_CAP).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProvisionError(f"cannot read: {exc.__class__.__name__}", where=str(path)) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a safe loader
+    except DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise ProvisionError(exc.problem, where=f"{path}:{mark.line + 1}:{mark.column + 1}",
+                             fix="keep one of the two (YAML would silently use the last one)") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

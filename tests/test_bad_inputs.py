@@ -137,6 +137,8 @@ def _setup(tmp: Path, steps: list[dict]) -> None:
         elif kind == "symlink":
             (tmp / value[0]).parent.mkdir(parents=True, exist_ok=True)
             (tmp / value[0]).symlink_to(value[1])
+        elif kind == "chmod":
+            (tmp / value[0]).chmod(int(str(value[1]), 8))
         elif kind == "report":
             (tmp / "run").mkdir(mode=0o700)
             (tmp / "run" / "report.json").write_text(value)

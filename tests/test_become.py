@@ -43,3 +43,21 @@ def test_what_ansible_playbook_is_told(tmp_path):
     assert typed.cmdline() == ["--become-method", "sudo", "--ask-become-pass"]
     assert typed.expect() == {BECOME_PROMPT: "s3cret"}
     assert "s3cret" not in repr(typed)
+
+
+def test_a_password_file_others_can_read_or_ansible_would_execute_is_refused(tmp_path):
+    # issue 28, item 15: Ansible runs an executable --become-password-file and takes its output
+    password_file = tmp_path / "pw"
+    password_file.write_text("#!/bin/sh\necho s3cret\n")
+    for mode, why in ((0o755, "is executable"), (0o700, "is executable"), (0o640, "read or written by group or others"),
+                      (0o604, "read or written by group or others"), (0o620, "read or written by group or others")):
+        password_file.chmod(mode)
+        r = _check(tmp_path, "--become-password-file", str(password_file))
+        assert r.exit_code == 1 and why in r.output and "chmod 600" in r.output, (oct(mode), r.output)
+    r = _check(tmp_path, "--become-password-file", "/dev/null")
+    assert r.exit_code == 1 and "not a regular file" in r.output, r.output
+    assert not (tmp_path / "runs").exists()
+    password_file.chmod(0o600)
+    from provisioner.cli.options import parse_become
+
+    assert parse_become(False, password_file, "sudo") == Become("sudo", password_file.resolve())

@@ -166,6 +166,18 @@ def test_redact_hides_secret_assignments_and_private_keys_and_keeps_apt_pins():
     assert out.endswith("after\n")
 
 
+
+def test_redact_finds_secrets_in_values_under_ordinary_names():
+    # issue 28, item 15: a URL's password, a token and a webhook URL, none under a secret's name
+    text = ("apt: fetching https://mirror:hunter2@apt.example/ubuntu\n"
+            "repo origin ghp_0123456789abcdefghij0123456789abcdef\n"
+            "notify=https://hooks.slack.com/services/T0/B0/wXyZ123\n")
+    out = report.redact(text)
+    for secret in ("hunter2", "ghp_0123456789", "wXyZ123"):
+        assert secret not in out
+    assert "https://[redacted by provision]@apt.example/ubuntu" in out
+
+
 def test_tarball_holds_the_summary_and_one_file_per_command_redacted(tmp_path: Path):
     collected = {"commands": {"journal_units": cmd("unit said secret=hunter2\n", argv=("journalctl", "-b"))},
                  "files": {"/etc/apt/preferences.d/x": "Pin: version 1\n"}}

@@ -188,6 +188,24 @@ def test_names_that_are_not_secrets(name: str):
     assert not secrets.is_secret_name(name)
 
 
+SECRET_VALUES = ["https://ci:pw@git.example/x.git", "http://u:@proxy:3128", "ghp_" + "a1" * 18,
+                 "github_pat_" + "B2" * 20, "hf_" + "c3" * 17, "glpat-" + "d4" * 10, "xoxb-1234-5678-" + "e5" * 12,
+                 "https://hooks.slack.com/services/T0/B0/xyz", "https://discord.com/api/webhooks/1/abc"]
+NOT_SECRET_VALUES = ["https://git.example/x.git", "hf_transfer", "user@host.example", "ssh://git@git.example/x",
+                     "ghp_short", "http://[::1]:8080/", "https://hooks.example/services/x"]
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES)
+def test_secrets_in_values_whatever_the_name(value: str):
+    assert secrets.holds_secret({"notes": [value]})
+    assert value.split("//")[-1].split("@")[0] not in secrets.redact_values(f"see {value} now")
+
+
+@pytest.mark.parametrize("value", NOT_SECRET_VALUES)
+def test_values_that_are_not_secrets(value: str):
+    assert not secrets.holds_secret(value) and secrets.redact_values(value) == value
+
+
 def test_no_role_variable_looks_like_a_secret():
     assert [n for opts in role_specs.role_options().values() for n in opts if secrets.is_secret_name(n)] == []
 
@@ -197,9 +215,14 @@ def _planted_inventory(tmp_path: Path) -> Path:
     hosts = _write(tmp_path / "inv" / "hosts.ini",
                    "[local]\n"
                    f'localhost ansible_connection=local ansible_python_interpreter="{{{{ ansible_playbook_python }}}}" '
-                   f"{plain}\n")
+                   f"{plain} site_repo=https://ci:{PLANTED}-url@git.example/x.git\n")
     _write(tmp_path / "inv" / "group_vars" / "all.yml",
            f"registry:\n  url: https://r.example\n  password: {PLANTED}-nested\n"
+           # secrets in values under ordinary names (issue 28, item 15)
+           f"hub: hf_{PLANTED}-hf-0123456789\n"
+           f"ci:\n  checkout: ghp_{PLANTED}0123456789abcdef\n  chat: xoxb-{PLANTED}-0123456789\n"
+           f"alerts: [https://hooks.slack.com/services/T0/B0/{PLANTED}, "
+           f"'https://discord.com/api/webhooks/1/{PLANTED}']\n"
            f"clouds:\n  - name: a\n    aws_secret_access_key: {PLANTED}-in-list\n"
            f"deploy_material: |\n  -----BEGIN OPENSSH PRIVATE KEY-----\n  {PLANTED}-pem\n"
            "  -----END OPENSSH PRIVATE KEY-----\n")
@@ -220,6 +243,8 @@ def test_planted_secrets_are_never_rendered(tmp_path: Path):
     assert "group all: clouds[0].aws_secret_access_key" in inv.dropped_secrets
     assert "group all: deploy_material" in inv.dropped_secrets
     assert inv.groups["all"].vars["registry"] == {"url": "https://r.example"}
+    assert {"host localhost: site_repo", "group all: hub", "group all: ci.checkout", "group all: ci.chat",
+            "group all: alerts[0]", "group all: alerts[1]"} <= set(inv.dropped_secrets)
     result = CliRunner().invoke(app, ["render", "-p", "debian12-lab", str(hosts), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert PLANTED not in result.output
@@ -241,7 +266,7 @@ def test_planted_secrets_are_not_in_a_bundle(tmp_path: Path, monkeypatch):
     profile = _write(tmp_path / "p.yml", "extends: debian12-lab\nname: p\ndescription: d\n"
                                          f"mirrors:\n  pip_index_url: https://ci:{PLANTED}@pypi.example/simple\n")
     result = CliRunner().invoke(app, ["bundle", "-p", str(profile), "-o", str(tmp_path / "c.tgz")])
-    assert result.exit_code == 1 and "may not carry a password" in result.output and PLANTED not in result.output
+    assert result.exit_code == 1 and "pip_index_url carries a credential" in result.output and PLANTED not in result.output
 
 
 @pytest.mark.ansible

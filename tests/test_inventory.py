@@ -122,3 +122,17 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     assert node["cuda_toolkit_versions"] == ["12.2"]
     assert node["ansible_python_interpreter"] == "/usr/bin/python3"
     assert load_unsafe((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"
+
+
+def test_a_host_listed_in_more_groups_by_name_and_a_templated_port_are_still_taken(tmp_path: Path):
+    # issue 28, item 15: only a host *given variables* in several places is refused
+    # (tests/data/bad/inventories/host-defined-three-times.ini); naming it in other groups is Ansible's way.
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("[gpu]\nnode1 ansible_host=10.0.0.5 ansible_port=2222\nnode2:2200 ansible_host=10.0.0.6\n"
+                     "[train]\nnode1\nnode2\n[gpu:vars]\nansible_ssh_port=\"{{ site_ssh_port }}\"\n")
+    inv = inventory.load(hosts)
+    assert inv.groups["train"].hosts == ["node1", "node2"]
+    assert inv.hosts["node1"]["ansible_port"] == 2222 and inv.hosts["node2"]["ansible_port"] == 2200
+    hosts.write_text("[gpu]\nnode1 ansible_host=10.0.0.5\n[train]\nnode1:2222\n")
+    with pytest.raises(Exception, match="host node1 is given variables in 2 places"):
+        inventory.load(hosts)

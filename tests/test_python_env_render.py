@@ -32,10 +32,11 @@ def test_h100_conda_commands_and_condarc():
         "-b", "-u", "-p", "/opt/conda"]
     assert r.var("python_env_cmd_conda_create") == [
         "/opt/conda/bin/conda", "create", "--yes", "--quiet", "--prefix", build, "python=3.12"]
-    # torch 2.11 from the cu126 index the profile names (its wheels carry their own CUDA runtime), deps from PyPI
+    # torch 2.11 and its dependencies from the cu126 index the profile names alone (its wheels carry their
+    # own CUDA runtime): never --extra-index-url, where any name may come from either index (issue 28, item 14)
     assert r.var("python_env_cmd_pip_torch") == [
         build + "/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-        "--extra-index-url", "https://download.pytorch.org/whl/cu126", "torch==2.11.0+cu126", "torchvision==0.26.0"]
+        "--index-url", "https://download.pytorch.org/whl/cu126", "torch==2.11.0+cu126", "torchvision==0.26.0"]
     condarc = yaml.safe_load(r.template("condarc.j2"))
     assert condarc == {"channels": ["conda-forge"], "channel_priority": "strict",
                        "auto_update_conda": False, "show_channel_urls": True}
@@ -55,8 +56,10 @@ def test_conda_mirrors_reach_the_commands_and_condarc():
     assert r.var("python_env_installer_is_url") is True
     assert r.var("python_env_cmd_conda_create")[-2:] == ["python=3.12", "numpy=1.26"]
     cmd = r.var("python_env_cmd_pip_torch")
-    assert cmd[cmd.index("--index-url") + 1] == "https://pypi.mirror.example/simple"
-    assert cmd[cmd.index("--extra-index-url") + 1] == "https://torch.mirror.example/whl/cu126"
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--index-url"] == ["https://torch.mirror.example/whl/cu126"]
+    assert "--extra-index-url" not in cmd
+    packages = r.var("python_env_cmd_pip_packages")
+    assert packages[packages.index("--index-url") + 1] == "https://pypi.mirror.example/simple"
     assert yaml.safe_load(r.template("condarc.j2"))["channels"] == ["https://mirror.example/conda-forge"]
 
 

@@ -21,6 +21,10 @@ def test_planted_secrets_are_nowhere_in_the_run_record(tmp_path: Path, monkeypat
     # whole environment in artifacts/*/command; only the allowed names reach Ansible now.
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", f"{PLANTED}-aws")
     monkeypatch.setenv("HF_TOKEN", f"{PLANTED}-hf")
+    # An allowed name carrying a secret in its value (issue 28, item 15): Ansible gets the
+    # proxy's password while it runs, the run folder's record of the environment does not.
+    monkeypatch.setenv("https_proxy", f"http://ops:{PLANTED}-proxy@proxy.invalid:3128")
+    monkeypatch.setenv("no_proxy", "*")
     hosts = tmp_path / "hosts.ini"
     hosts.write_text(
         "[local]\n"
@@ -37,6 +41,8 @@ def test_planted_secrets_are_nowhere_in_the_run_record(tmp_path: Path, monkeypat
     (command,) = report.run_dir.glob("artifacts/*/command")
     env = json.loads(command.read_text())["env"]
     assert "PATH" in env and "ANSIBLE_CONFIG" in env and "AWS_SECRET_ACCESS_KEY" not in env, sorted(env)
+    assert env["https_proxy"] == "http://[redacted by provision]@proxy.invalid:3128"
+    assert command.stat().st_mode & 0o777 == 0o600
 
 
 def test_the_environment_allow_list_and_its_extension(monkeypatch):

@@ -10,6 +10,7 @@ import typer
 
 from provisioner.cli.app import app, friendly, session
 from provisioner.cli.options import Force
+from provisioner.errors import ProvisionError
 
 catalogue_app = typer.Typer(help="The offline snapshot of NVIDIA's CUDA repository that `profiles validate` reads.")
 app.add_typer(catalogue_app, name="catalogue")
@@ -38,6 +39,13 @@ def catalogue_refresh(
 
     s = session(ctx)
     check_file(output, force=force, what="snapshot")                  # refused before any fetch
+    if fingerprint is not None:
+        from provisioner.profiles.models import check_fingerprint
+
+        try:
+            check_fingerprint(fingerprint.upper())
+        except ValueError as exc:
+            raise ProvisionError(str(exc), where="--fingerprint", fix="pass the key's full fingerprint") from None
     cat = catalogue.load(flavour)
     url = f"{mirror.rstrip('/')}/{cat.path}/" if mirror else cat.url
     repo = aptindex.Repository(url=aptindex.check_url(url, "--mirror"), key_url=key_url or f"{url}{cat.key.file}",

@@ -16,8 +16,8 @@ import typer
 from provisioner.cli.app import Session, app, friendly, session
 from provisioner.engine.rolling import HOOK_TIMEOUT
 from provisioner.errors import ProvisionError
-from provisioner.cli.options import (FilesRoot, Fleet, FleetOptions, Force, InventoryArg, Output, Profile,
-                                     ansible_verbosity, fleet_options)
+from provisioner.cli.options import (MAX_FORKS, FilesRoot, Fleet, FleetOptions, Force, InventoryArg, Output,
+                                     Profile, ansible_verbosity, fleet_options)
 
 # up's own options, grouped in its help beside the fleet options' panels (cli/options.py).
 CONVERGE_PANEL, ROLLING_PANEL = "How up converges", "Rolling changes and rollback"
@@ -41,7 +41,8 @@ def render(
     profile: Profile,
     inventory: InventoryArg,
     output: Output,
-    forks: Annotated[int, typer.Option("--forks", "-f", min=1, help="forks in the rendered ansible.cfg")] = 20,
+    forks: Annotated[int, typer.Option("--forks", "-f", min=1, max=MAX_FORKS, help=f"forks in the rendered ansible.cfg "
+                                       f"(at most {MAX_FORKS})")] = 20,
     force: Force = False,
     files_root: FilesRoot = None,
 ) -> None:

@@ -12,6 +12,8 @@ import functools
 import inspect
 import os
 import re
+import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -32,8 +34,11 @@ FilesRoot = Annotated[Optional[Path], typer.Option(
 HOSTS_PANEL, OUTPUT_PANEL, BECOME_PANEL = "Which hosts, how many at a time", "Output and records", "Becoming root"
 Limit = Annotated[Optional[str], typer.Option("--limit", "-l", help="Only these hosts/groups (Ansible pattern).",
                                               rich_help_panel=HOSTS_PANEL)]
-Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, help="Hosts worked on in parallel.",
-                                              rich_help_panel=HOSTS_PANEL)]
+# One controller carries a few hundred hosts at once (docs/fleets.md): more forks than that is a
+# typo (--forks 1000000). More than the hosts costs nothing: Ansible starts one worker per host at most.
+MAX_FORKS = 500
+Forks = Annotated[Optional[int], typer.Option("--forks", "-f", min=1, max=MAX_FORKS, rich_help_panel=HOSTS_PANEL,
+                                              help=f"Hosts worked on in parallel (at most {MAX_FORKS}).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.",
                                     rich_help_panel=OUTPUT_PANEL)]
 RunsDir = Annotated[Path, typer.Option("--runs-dir", envvar="PROVISION_RUNS_DIR",
@@ -57,7 +62,7 @@ AskBecomePass = Annotated[bool, typer.Option("--ask-become-pass", "-K", help="As
                                              "become (sudo) needs; it is kept in memory only.",
                                              rich_help_panel=BECOME_PANEL)]
 BecomePasswordFile = Annotated[Optional[Path], typer.Option(
-    "--become-password-file", help="A file holding the become password (for cron and CI; keep it owner-only).",
+    "--become-password-file", help="A file holding the become password (for cron and CI): an owner-only, non-executable regular file, else refused.",
     rich_help_panel=BECOME_PANEL)]
 BecomeMethod = Annotated[str, typer.Option("--become-method", help="How the plays gain root: sudo, su, doas, ...",
                                            rich_help_panel=BECOME_PANEL)]
@@ -161,11 +166,19 @@ def parse_become(ask: bool, password_file: Path | None, method: str) -> Become:
     if password_file is not None:
         path = password_file.expanduser()
         try:
-            with path.open("rb"):
-                pass
+            with path.open("rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
         except OSError as exc:
             raise ProvisionError(f"cannot read the become password file: {exc.strerror}", where=str(path),
                                  fix="create it (owner-only, the password on one line) or use --ask-become-pass") from None
+        # Ansible runs an executable password file and takes its output as the password; one
+        # that others can read or write gives root on every host to whoever can.
+        problem = ("is not a regular file" if not stat.S_ISREG(mode)
+                   else "is executable (Ansible would run it, not read it)" if mode & 0o111
+                   else "can be read or written by group or others" if mode & 0o077 else None)
+        if problem:
+            raise ProvisionError(f"the become password file {problem} (mode {stat.filemode(mode)})", where=str(path),
+                                 fix=f"make it an owner-only file holding the password: chmod 600 {shlex.quote(str(path))}")
         return Become(method, path.resolve())
     return Become(method, ask=ask)
 

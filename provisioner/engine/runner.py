@@ -198,6 +198,23 @@ def allowed_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if ENV_ALLOWED.fullmatch(k) or k in extra}
 
 
+def redact_command_record(path: Path) -> None:
+    """ansible-runner's record of the command and environment without the secrets values
+    carry (a proxy's user:password@, a token): Ansible needs them while it runs, the run
+    folder never does. Rewritten as soon as the run ends, owner-only like the original."""
+    from provisioner.render import secrets
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:  # the run never started: no record
+        return
+    redacted = secrets.redact_values(text)
+    if redacted != text:
+        from provisioner import outputs
+
+        outputs.write_file(path, redacted, mode=0o600, what="run record", replace=True)
+
+
 def run_playbook(
     name: str,
     inventory_dir: Path,
@@ -244,8 +261,11 @@ def run_playbook(
         suppress_env_files=True,
     )
     runner.config.env = allowed_env(runner.config.env)  # before it runs: what Ansible and the record see
-    runner.run()
     artifacts = record_dir / "artifacts" / (ident or name)
+    try:
+        runner.run()
+    finally:
+        redact_command_record(artifacts / "command")
     errors = []
     if runner.status != "successful" and not any(h.failures for h in reader.hosts.values()):
         # No host carries the failure: Ansible itself stopped (syntax error, bad limit, ...).

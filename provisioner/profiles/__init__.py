@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,8 +136,42 @@ def _describe(error: dict, files: tuple[Path, ...]) -> str:
         message = "required setting is missing"
     elif error["type"] == "literal_error" and "expected" in error.get("ctx", {}):
         message = f"must be one of {error['ctx']['expected']}"
+    if not loc:  # a check across sections names its fields: point at one the profile's own file writes
+        named = [tuple(n.split(".")) for n in re.findall(r"\b[a-z_]+(?:\.[a-z_]+)+\b", message)]
+        for candidate, keys in ((c, k) for c in files for k in named):
+            written = line_of(candidate, keys)
+            if written is not None and written != line_of(candidate, keys[:-1]):
+                return f"{candidate}:{written}: {message}"
     loc_text = f"{where}:{line}" if line else str(where)
     return f"{loc_text}: {field}: {message}"
+
+
+def _where(files: tuple[Path, ...], loc: tuple[str | int, ...]) -> str:
+    """file:line of the first file of the chain that writes the field `loc`."""
+    for candidate in files:
+        line = line_of(candidate, loc)
+        if line is not None and (len(loc) <= 1 or line_of(candidate, loc[:1]) is not None):
+            return f"{candidate}:{line}"
+    return str(files[0])
+
+
+def _refuse_secrets(value: Any, files: tuple[Path, ...], loc: tuple[str | int, ...] = ()) -> None:
+    """A profile is shared between teams and copied into every run folder and bundle: no value
+    in it may carry a credential (a URL's password, a token, a webhook URL), whatever its field."""
+    from provisioner.render import secrets
+
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_secrets(item, files, (*loc, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_secrets(item, files, (*loc, i))
+    elif isinstance(value, str) and secrets.holds_secret(value):
+        field = ".".join(str(p) for p in loc)
+        raise ProvisionError(f"{field} carries a credential (a URL's password, an access token or a webhook URL); "
+                             "it would be copied into every run folder, bundle and host", where=_where(files, loc),
+                             fix="give the hosts their credentials another way (netrc, pip.conf, an apt auth.conf, "
+                                 "the environment) and keep the profile free of them")
 
 
 def load(ref: str) -> Loaded:
@@ -145,6 +180,7 @@ def load(ref: str) -> Loaded:
 
     path = find(ref)
     data, files = _raw_chain(path)
+    _refuse_secrets(data, files)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
@@ -167,9 +203,11 @@ def load(ref: str) -> Loaded:
     # `judge` and `report` included. render/up resolve them (packages.resolve).
     from provisioner.profiles import packages
     try:
+        packages.check_key_fingerprint(profile)
         advisory = packages.snapshot_advisory(profile)
     except ProvisionError as exc:
-        raise ProvisionError(exc.message, where=f"{files[0]}: {exc.where}", fix=exc.fix) from None
+        where = _where(files, tuple(exc.where.split("."))) if exc.where and exc.where.startswith("mirrors.") else None
+        raise ProvisionError(exc.message, where=where or f"{files[0]}: {exc.where}", fix=exc.fix) from None
     return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), advisory)
 
 
@@ -198,5 +236,7 @@ def digest(profile: Profile) -> str:
         data.pop("inventory_overrides", None)
     if not data["cuda"].get("forward_compat"):  # likewise for cuda.forward_compat (issue 15)
         data["cuda"].pop("forward_compat", None)
+    if not data["dcgm"]["enabled"]:  # the exporter's flag kept its default with DCGM off until issue 28
+        data["dcgm"]["exporter"]["enabled"] = True
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

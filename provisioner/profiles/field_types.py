@@ -133,10 +133,12 @@ def conda_spec(value: str) -> str:
 
 def conda_channel(value: str) -> str:
     if "://" in value:
-        return web_url(value)
+        # conda checks no signature on a channel's packages: over http anyone on the path could
+        # replace any of them, so a channel URL is https only.
+        return _url(value, ("https",))
     single_line(value)
     if not _CONDA_CHANNEL.match(value):
-        raise ValueError(f"{value!r} is not a conda channel name (conda-forge) or an http(s) URL")
+        raise ValueError(f"{value!r} is not a conda channel name (conda-forge) or an https URL")
     return value
 
 

@@ -7,6 +7,7 @@ of a setting that silently does nothing.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -27,14 +28,25 @@ def _check_ip(value: str) -> str:
     return value
 
 
+def check_fingerprint(value: str) -> str:
+    # An OpenPGP v4 fingerprint is 40 hex digits; anything else can never match a key, and the
+    # role would only find out on the host, after the source is written.
+    if not re.fullmatch(r"[0-9A-F]{40}", value):
+        raise ValueError(f"{value!r} is not a key fingerprint: 40 upper-case hex digits without spaces, as "
+                         "`gpg --show-keys --with-colons KEYFILE` prints on its fpr: line")
+    return value
+
+
 IPAddress = Annotated[str, AfterValidator(_check_ip)]
+KeyFingerprint = Annotated[str, AfterValidator(check_fingerprint), Field(examples=["EB693B3035CD5710E231E123A4B469963BF863CC"])]
 DriverVersion = Annotated[str, Field(pattern=DRIVER_VERSION, examples=["535.129.03"])]
 CudaVersion = Annotated[str, Field(pattern=CUDA_VERSION, examples=["12.2"])]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # allow_inf_nan=False: .inf or .nan as a floor would pass or fail every host whatever it measures.
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 # --- hardware expectations ---------------------------------------------------------
@@ -46,7 +58,7 @@ class GPU(Strict):
     count: int = Field(ge=0, le=16, description="GPUs per host; 0 for hosts without a GPU")
     model: SingleLine | None = Field(None, description="as nvidia-smi names it, e.g. 'H100 80GB HBM3'; matched as a substring")
     architecture: Architecture | None = Field(None, description="derived from the model when left out")
-    memory_gib: int | None = Field(None, ge=1, description="minimum memory per GPU")
+    memory_gib: int | None = Field(None, ge=1, le=1024, description="minimum memory per GPU")
     mig: bool = Field(False, description="expect MIG mode on (true) or off (false) on every GPU")
 
     @model_validator(mode="after")
@@ -61,9 +73,9 @@ class Hardware(Strict):
     interconnect: Literal["none", "pcie", "nvlink", "nvswitch"] = Field(
         "pcie", description="how the GPUs connect: nvswitch turns fabric manager on (auto); nvlink and nvswitch make "
                             "verify check the NVLink topology and links")
-    min_cpu_cores: int = Field(1, ge=1, description="the fewest CPU cores (vCPUs) preflight accepts")
-    min_ram_gib: int = Field(1, ge=1, description="the least memory preflight accepts, GiB")
-    min_free_disk_gib: int = Field(20, ge=0, description="free space on / needed to install the stack")
+    min_cpu_cores: int = Field(1, ge=1, le=4096, description="the fewest CPU cores (vCPUs) preflight accepts")
+    min_ram_gib: int = Field(1, ge=1, le=65536, description="the least memory preflight accepts, GiB")
+    min_free_disk_gib: int = Field(20, ge=0, le=1048576, description="free space on / needed to install the stack")
     nvme: bool = Field(False, description="preflight expects an NVMe device on every host")
     infiniband: bool = Field(False, description="the hosts have InfiniBand: preflight and verify check the ports, "
                                                 "the network role installs the RDMA stack")
@@ -195,7 +207,8 @@ class PythonEnv(Strict):
 
 
 class Exporter(Strict):
-    enabled: bool = Field(True, description="run dcgm-exporter")
+    enabled: bool = Field(True, description="run dcgm-exporter; it needs dcgm.enabled (left out, it is off with "
+                                            "DCGM; true with DCGM off is refused)")
     listen_address: IPAddress = Field("127.0.0.1", description="0.0.0.0 only when you mean every interface")
     port: int = Field(9400, ge=1, le=65535, description="the port dcgm-exporter listens on")
     collectors: list[Annotated[str, Field(pattern=COLLECTOR)]] = Field(
@@ -232,6 +245,18 @@ class Dcgm(Strict):
     exporter: Annotated[Exporter, AfterValidator(_exporter_binary_checked)] = Field(
         default_factory=Exporter, description="dcgm-exporter, serving DCGM's metrics to Prometheus")
 
+    @model_validator(mode="after")
+    def _exporter_needs_dcgm(self) -> Dcgm:
+        # dcgm-exporter reads DCGM's host engine: asked for without it, it used to be rendered off
+        # silently. Left at its default it follows dcgm.enabled.
+        if not self.enabled and self.exporter.enabled:
+            if "enabled" in self.exporter.model_fields_set:
+                raise ValueError("dcgm.exporter.enabled is true but dcgm.enabled is false: dcgm-exporter serves what "
+                                 "DCGM's host engine measures and cannot run without it; set dcgm.enabled: true, or "
+                                 "dcgm.exporter.enabled: false")
+            self.exporter.enabled = False  # resolved once, so `profiles show` says what runs
+        return self
+
 
 class Mirrors(Strict):
     """Where packages come from; every field has a public default so only air-gapped sites set these."""
@@ -244,7 +269,7 @@ class Mirrors(Strict):
                           "profile's os (ubuntu-22.04 -> ubuntu2204)")
     cuda_repo_key_url: RepoUrl | None = Field(
         None, description="the repository's signing key (default: NVIDIA's 3bf863cc.pub beside the repository)")
-    cuda_repo_key_fingerprint: Annotated[str, Field(pattern=r"^[0-9A-F]{40}$")] | None = Field(
+    cuda_repo_key_fingerprint: KeyFingerprint | None = Field(
         None, description="the key's fingerprint, 40 upper-case hex digits; the key is refused unless it matches "
                           "(default: NVIDIA's EB693B3035CD5710E231E123A4B469963BF863CC)")
     apt_proxy: WebUrl | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
@@ -258,7 +283,8 @@ class Mirrors(Strict):
                           "index")
     torch_index_url: WebUrl | None = Field(None, description="PyTorch wheel index base; the flavour (cu121) is appended")
     conda_channels: list[CondaChannel] = Field(default_factory=lambda: ["conda-forge"],
-                                               description="conda channels, in order")
+                                               description="conda channels, in order: names, or https URLs "
+                                                           "(conda checks no signatures, so never http)")
     download_base_url: WebUrl | None = Field(None, description="where single-file downloads are mirrored")
     ca_certificates: list[ControllerPath] = Field(
         default_factory=list, description="extra CA certificate files to trust: PEM certificates only, in the files "
@@ -267,14 +293,14 @@ class Mirrors(Strict):
 
 class Verify(Strict):
     nccl_min_busbw_gbps: float | None = Field(
-        None, ge=0, description="all_reduce_perf bus bandwidth floor at the largest message size, GB/s")
+        None, ge=0, le=10000, description="all_reduce_perf bus bandwidth floor at the largest message size, GB/s")
     require_idle_gpus: bool = Field(False, description="fail when compute processes hold the GPUs")
     require_persistence_mode: bool = Field(True, description="fail a GPU whose persistence mode is off")
     require_ecc: bool | None = Field(None, description="None: report ECC without judging it")
     ecc_uncorrectable_max: int | None = Field(
-        None, ge=0, description="volatile uncorrectable ECC errors tolerated (None: the SKU's, data/gpu_skus.yml)")
+        None, ge=0, le=1_000_000_000, description="volatile uncorrectable ECC errors tolerated (None: the SKU's, data/gpu_skus.yml)")
     ecc_correctable_max: int | None = Field(
-        None, ge=0, description="volatile correctable ECC errors tolerated (None: the SKU's, often not judged)")
+        None, ge=0, le=1_000_000_000, description="volatile correctable ECC errors tolerated (None: the SKU's, often not judged)")
     dcgm_diag_level: Literal[0, 1, 2, 3] = Field(1, description="0 skips dcgmi diag")
 
 
@@ -295,8 +321,8 @@ class Network(Strict):
     pairing: Literal["ring", "sample"] = Field("ring", description="ring: each host to the next (N pairs); "
                                                                  "sample: a random ring cut to sample_pairs")
     sample_pairs: int = Field(16, ge=1, le=4096, description="how many pairs pairing: sample tests")
-    ethernet_gbps: float | None = Field(None, gt=0, description="the hosts' declared ethernet speed, Gb/s")
-    min_gbps: float | None = Field(None, gt=0, description="floor for each pair's iperf3 bandwidth, Gb/s "
+    ethernet_gbps: float | None = Field(None, gt=0, le=1600, description="the hosts' declared ethernet speed, Gb/s")
+    min_gbps: float | None = Field(None, gt=0, le=1600, description="floor for each pair's iperf3 bandwidth, Gb/s "
                                                              "(default: 0.7 x ethernet_gbps)")
     infiniband_rate_gbps: Literal[100, 200, 400, 800] | None = Field(
         None, description="IB rate every InfiniBand port must run at: EDR 100, HDR 200, NDR 400, XDR 800")
@@ -314,7 +340,7 @@ class Network(Strict):
 
 class Reboot(Strict):
     allowed: bool = Field(False, description="may the play reboot hosts that need it")
-    timeout_s: int = Field(900, ge=60, description="seconds a reboot may take before the host fails")
+    timeout_s: int = Field(900, ge=60, le=7200, description="seconds a reboot may take before the host fails")
 
 
 class StateTimer(Strict):
@@ -393,6 +419,22 @@ class Profile(Strict):
                 f"driver.source {self.driver.source} does not have (they come with os ubuntu-22.04/24.04 and "
                 "driver.source: distro); set driver.secure_boot: sign (DKMS signs the module with a machine owner "
                 "key) or refuse")
+        return self
+
+    @model_validator(mode="after")
+    def _one_port_per_service(self) -> Profile:
+        # Two services of one host on one port: the second never starts, and what is scraped
+        # or measured there is the first one's.
+        ports = {"monitoring.node_exporter.port": self.monitoring.node_exporter.port,
+                 "network.port": self.network.port, "network.ddp.port": self.network.ddp.port}
+        if self.dcgm.enabled and self.dcgm.exporter.enabled:
+            ports = {"dcgm.exporter.port": self.dcgm.exporter.port, **ports}
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise ValueError(f"{seen[port]} and {name} are both {port}: two services of one host cannot listen "
+                                 "on one port; give each its own")
+            seen[port] = name
         return self
 
     @property

@@ -236,6 +236,21 @@ def resolve(p: Profile, mode: Mode = "live") -> Plan:
     return Plan(plan(p, live), live.origin, index.provenance)
 
 
+def check_key_fingerprint(p: Profile) -> None:
+    """Refuse a fingerprint that can never match: the key comes from NVIDIA's own repository
+    (no mirror, no key URL of the profile's) and the profile names another key."""
+    m = p.mirrors
+    if not uses_cuda_repo(p) or not m.cuda_repo_key_fingerprint or m.cuda_repo_url or m.cuda_repo_key_url:
+        return
+    nvidia = load_catalogue(p).key
+    if m.cuda_repo_key_fingerprint != nvidia.fingerprint:
+        raise ProvisionError(f"mirrors.cuda_repo_key_fingerprint {m.cuda_repo_key_fingerprint} can never match: the key "
+                             f"comes from NVIDIA's repository ({nvidia.file}), whose fingerprint is {nvidia.fingerprint}",
+                             where="mirrors.cuda_repo_key_fingerprint",
+                             fix="leave mirrors.cuda_repo_key_fingerprint out for NVIDIA's key, or set mirrors.cuda_repo_url "
+                                 "(or cuda_repo_key_url) to the mirror whose key it is")
+
+
 def snapshot_advisory(p: Profile) -> str | None:
     """What the offline snapshot says of the profile's versions, when it lacks one: an
     advisory (the live index decides), never a refusal."""

@@ -24,7 +24,8 @@ Generated from the profile's models (`provisioner/profiles/models.py`) by `scrip
 do not edit by hand. Every section and field a profile may hold, with its type, its default
 (a field without one is required), its bounds, what it means, and an example (a value a
 built-in or a test profile writes, else the default). Unknown keys are refused, so a typo is an error that
-names the field. `provision profiles show h100-train` prints a resolved profile with every
+names the field; so is a key written twice. Every number has bounds, a floor no real host could meet is
+refused, and so are `.inf` and `.nan`; two services of one host on one port are refused. `provision profiles show h100-train` prints a resolved profile with every
 field; [Concepts](../concepts.md#profiles) explains `extends:` and the built-ins.
 """
 

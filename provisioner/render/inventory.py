@@ -250,6 +250,7 @@ def load(path: Path) -> Inventory:
     data = InventoryData()
     loader = DataLoader()
     plugin = inventory_loader.get(_plugin_for(path))
+    defined = _record_definitions(plugin)
     try:
         plugin.parse(data, loader, str(path), cache=False)
         data.reconcile_inventory()
@@ -272,6 +273,9 @@ def load(path: Path) -> Inventory:
         if problem:
             raise ProvisionError(problem, where=line_where(path, lambda line, n=str(name): n in line),
                                  fix="name the host with a plain host name and give its address in ansible_host")
+    for name, count in sorted(defined.items()):
+        if count > 1:
+            _refuse_split_definition(path, name, count)
 
     dropped: list[str] = []
     origins: dict[str, dict[str, Path]] = {}
@@ -290,7 +294,7 @@ def load(path: Path) -> Inventory:
             name = str(name)
             if name in _MAGIC_VARS:
                 continue
-            if secrets.is_secret_name(name) or secrets.holds_private_key(value) and not isinstance(value, (dict, list)):
+            if secrets.is_secret_name(name) or secrets.holds_secret(value) and not isinstance(value, (dict, list)):
                 dropped.append(f"{owner}: {name}")
                 continue
             kept[name] = secrets.strip(_plain(value), f"{owner}: {name}", dropped)
@@ -307,7 +311,51 @@ def load(path: Path) -> Inventory:
         )
         for name, group in sorted(data.groups.items())
     }
-    return Inventory(source=path, hosts=hosts, groups=groups, dropped_secrets=dropped, origins=origins)
+    inv = Inventory(source=path, hosts=hosts, groups=groups, dropped_secrets=dropped, origins=origins)
+    _check_ports(inv)
+    return inv
+
+
+def _record_definitions(plugin) -> dict[str, int]:
+    """How many times the plugin gives each host variables (or a :port), counted as it parses."""
+    counts: dict[str, int] = {}
+    populate = plugin._populate_host_vars
+
+    def recording(hosts, variables, group=None, port=None):
+        if variables or port is not None:
+            for host in hosts:
+                counts[str(host)] = counts.get(str(host), 0) + 1
+        return populate(hosts, variables, group, port)
+
+    plugin._populate_host_vars = recording
+    return counts
+
+
+def _refuse_split_definition(path: Path, host: str, count: int) -> None:
+    """One host given variables in several places: Ansible merges them silently, the last
+    line winning per variable, so its address can come from one line and its port from another."""
+    start = re.compile(rf"\s*['\"]?{re.escape(host)}['\"]?(:\d+)?(\s|:|$)")
+    lines = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if start.match(line) and (_plugin_for(path) == "yaml" or "=" in line or start.match(line).group(1))]
+    at = f" (lines {', '.join(map(str, lines))})" if len(lines) > 1 else ""
+    raise ProvisionError(f"host {host} is given variables in {count} places{at}: Ansible merges them silently, so its "
+                         "address could come from one and its port from another",
+                         where=f"{path}:{lines[1]}" if len(lines) > 1 else str(path),
+                         fix=f"give {host}'s variables once (one line, or host_vars/{host}.yml) and list it in other "
+                             "groups by name only")
+
+
+def _check_ports(inv: Inventory) -> None:
+    """ansible_port is a number: `ansible_port=ssh` would reach every command line as it is."""
+    owners = [(f"host {h}", v) for h, v in inv.hosts.items()] + [(f"group {g.name}", g.vars) for g in inv.groups.values()]
+    for owner, variables in owners:
+        for name in ("ansible_port", "ansible_ssh_port"):
+            value = variables.get(name)
+            if value is None or isinstance(value, str) and "{{" in value:  # unset, or Ansible's to template
+                continue
+            if isinstance(value, bool) or not re.fullmatch(r"[0-9]{1,5}", str(value)) or not 1 <= int(value) <= 65535:
+                raise ProvisionError(f"{owner}: {name} {value!r} is not a port number (1-65535)",
+                                     where=inv.where(owner, name), fix=f"set {name} to the SSH port, e.g. {name}=22")
 
 
 def to_yaml_inventory(inventory: Inventory) -> dict[str, Any]:

@@ -14,7 +14,11 @@ is left out, pass it another way), a false negative is a credential in every run
 - a last word `key` (registry_key, ssh_key), except names of paths and public parts:
   a last word file, path, dir, url, id, name, type, size, length, fingerprint, pub, public
   keeps a variable (ansible_ssh_private_key_file is where a key is, not the key)
-- a value holding `-----BEGIN ... PRIVATE KEY-----`
+- a value holding a secret whatever its name (`SECRET_VALUE`): a private key
+  (`-----BEGIN ... PRIVATE KEY-----`), a URL's password (`https://user:pw@host`), a token
+  in a vendor's published format (GitHub ghp_/gho_/ghu_/ghs_/ghr_/github_pat_, GitLab
+  glpat-, Hugging Face hf_, Slack xox?-/xapp-) or a webhook URL whose path is its key (Slack's
+  hooks.slack.com/services/..., Discord's /api/webhooks/...)
 
 Applied to every variable of every host and group, and to the keys of mappings nested
 in their values (`registry: {password: ...}` drops `registry.password`).
@@ -34,6 +38,13 @@ PAIRS = frozenset({("api", "key"), ("access", "key"), ("secret", "key"), ("priva
 NOT_SECRET_LAST = frozenset({"file", "path", "dir", "url", "id", "name", "type", "size", "length", "fingerprint",
                              "pub", "public", "enabled", "timeout"})
 PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+# A secret a value carries under any name. Tokens need 20 characters after the prefix:
+# real ones have 30 or more, and a package such as hf_transfer must not count.
+_URL_PASSWORD = r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/@:]*:[^\s/@]*@"
+_TOKEN = r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|hf_|xox[abposr]-|xapp-)[A-Za-z0-9_-]{20,}"
+_WEBHOOK = (r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
+            r"|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks)/[^\s\"']+")
+SECRET_VALUE = re.compile(f"{PRIVATE_KEY.pattern}|{_URL_PASSWORD}|{_TOKEN}|{_WEBHOOK}")
 
 
 def words_of(name: str) -> list[str]:
@@ -51,14 +62,20 @@ def is_secret_name(name: str) -> bool:
     return words[-1] == "key"
 
 
-def holds_private_key(value: Any) -> bool:
+def holds_secret(value: Any) -> bool:
+    """A string (or one nested in `value`) that carries a secret whatever its name."""
     if isinstance(value, str):
-        return bool(PRIVATE_KEY.search(value))
+        return bool(SECRET_VALUE.search(value))
     if isinstance(value, dict):
-        return any(holds_private_key(v) for v in value.values())
+        return any(holds_secret(v) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return any(holds_private_key(v) for v in value)
+        return any(holds_secret(v) for v in value)
     return False
+
+
+def redact_values(text: str, mark: str = "[redacted by provision]") -> str:
+    """`text` with every secret `SECRET_VALUE` finds replaced (a URL keeps its scheme and host)."""
+    return SECRET_VALUE.sub(lambda m: f"{m.group('scheme')}{mark}@" if m.group("scheme") else mark, text)
 
 
 def strip(value: Any, path: str, dropped: list[str]) -> Any:
@@ -67,11 +84,17 @@ def strip(value: Any, path: str, dropped: list[str]) -> Any:
         kept = {}
         for key, item in value.items():
             where = f"{path}.{key}"
-            if is_secret_name(str(key)) or holds_private_key(item) and not isinstance(item, (dict, list)):
+            if is_secret_name(str(key)) or holds_secret(item) and not isinstance(item, (dict, list)):
                 dropped.append(where)
             else:
                 kept[key] = strip(item, where, dropped)
         return kept
     if isinstance(value, list):
-        return [strip(item, f"{path}[{i}]", dropped) for i, item in enumerate(value)]
+        kept_items = []
+        for i, item in enumerate(value):
+            if holds_secret(item) and not isinstance(item, (dict, list)):
+                dropped.append(f"{path}[{i}]")
+            else:
+                kept_items.append(strip(item, f"{path}[{i}]", dropped))
+        return kept_items
     return value

@@ -36,9 +36,10 @@ NOT_SECRET_HERE = frozenset({"pin", "pin-priority"})
 
 
 def redact(text: str) -> str:
-    """`text` with private keys and the values of secret-named assignments (token=..., password: ...,
-    the names provisioner/render/secrets.py calls secrets) replaced."""
-    text = _PEM.sub(REDACTED, text)
+    """`text` with private keys, the values of secret-named assignments (token=..., password: ...,
+    the names provisioner/render/secrets.py calls secrets) and secrets in values under any name
+    (a URL's password, a token, a webhook URL: secrets.SECRET_VALUE) replaced."""
+    text = secrets.redact_values(_PEM.sub(REDACTED, text), REDACTED)
 
     def value(match: re.Match) -> str:
         if secrets.is_secret_name(match.group("key")) and match.group("key").lower() not in NOT_SECRET_HERE:
