@@ -41,13 +41,17 @@ def prefix(python: str) -> str:
 def site_packages(python: str) -> list[str] | None:
     """The site-packages folder(s) of a venv or conda environment, from its layout alone
     (<prefix>/lib/pythonX.Y/site-packages, for an X.Y its bin/ has): nothing of it runs.
-    None when the environment is gone (its Python is not there)."""
+    None when the environment is gone (its Python is not there) or cannot be read."""
     if not os.path.exists(python):
         return None
     root = prefix(python)
     lib = os.path.join(root, "lib")
+    try:
+        names = sorted(os.listdir(lib)) if os.path.isdir(lib) else []
+    except OSError:
+        return None
     found = []
-    for name in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+    for name in names:
         folder = os.path.join(lib, name, "site-packages")
         if _SITE.match(name) and os.path.isdir(folder):
             found.append((folder, os.path.exists(os.path.join(root, "bin", name))))
