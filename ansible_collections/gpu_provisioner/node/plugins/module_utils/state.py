@@ -4,7 +4,7 @@
 One source for two callers: the provisioner_state module (`provision check`, one module
 call per host) and the node's own checker (state_metrics.py, run by provision-state.timer
 with plain python3, no Ansible on the node). So this file imports the standard library
-only (and pip_freeze beside it, stdlib-only too).
+only (and pip_freeze and owned_env beside it, stdlib-only too).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import os
 import subprocess
 import tempfile
 
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import installed, site_packages
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import diff as freeze_diff
-from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import parse as parse_freeze
 
 KINDS = ("held_packages", "packages", "files", "units", "python_envs")
 RECORD = "/etc/ansible/facts.d/provisioner.fact"
@@ -81,16 +81,12 @@ def _units(names: list[str]) -> dict[str, dict]:
 
 
 def _python_envs(pythons: list[str]) -> dict[str, dict | None]:
-    """python -> {package: version} of its environment (None: the Python is gone)."""
+    """python -> {package: version} of its environment (None: the environment is gone), read
+    from its metadata: root never starts an environment's Python (owned_env.py)."""
     found: dict[str, dict | None] = {}
     for python in pythons:
-        try:
-            r = subprocess.run([python, "-m", "pip", "freeze", "--disable-pip-version-check"],
-                               capture_output=True, text=True, check=False, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
-            found[python] = None
-            continue
-        found[python] = parse_freeze(r.stdout.splitlines()) if r.returncode == 0 else None
+        folders = site_packages(python)
+        found[python] = None if folders is None else installed(folders)
     return found
 
 

@@ -83,6 +83,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import owner_of
 
 
 def interface_of(address):
@@ -124,16 +125,21 @@ def main():
         "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
     }, supports_check_mode=True)
     p = module.params
-    python = p["python"]
-    if not python:
-        try:
-            with open(os.path.join(p["facts_dir"], "python_env.fact")) as f:
-                python = str(json.load(f).get("python") or "")
-        except (OSError, ValueError):
-            python = ""
+    try:
+        with open(os.path.join(p["facts_dir"], "python_env.fact")) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        recorded = {}
+    recorded = recorded if isinstance(recorded, dict) else {}
+    python = p["python"] or str(recorded.get("python") or "")
     if not python or not os.path.exists(python):
         module.fail_json(msg="no Python environment recorded on this host (python_env.enabled in the profile, then "
                              "provision up)")
+    owner = owner_of(python, recorded)
+    if os.geteuid() == 0 and owner != "root":
+        # The play runs as the login user; logged in as root, the job would run the owner's code as root.
+        module.fail_json(msg=f"refusing to run {python} as root: its environment belongs to {owner}, who can put "
+                             f"code into it. Run verify --ddp logged in as {owner} (or any user but root).")
     gpus = gpu_count()
     interface = interface_of(p["local_addr"])
     if not interface:

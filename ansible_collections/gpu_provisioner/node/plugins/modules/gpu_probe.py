@@ -31,7 +31,11 @@ options:
   torch_snippet:
     type: str
     default: ""
-    description: The Python the torch probe runs; it prints one JSON line. Empty skips the torch probe.
+    description: >-
+      The Python the torch probe runs; it prints one JSON line. Empty skips the torch probe.
+      It runs as the environment's owner (whoever but root owns its folder or site-packages,
+      else the owner python_env recorded), in a minimal environment: never as root for an
+      environment another user can write.
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
@@ -119,14 +123,16 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
-def run(argv, timeout, limit, env=None):
-    """One probe: never raises; a missing binary is rc 127, a timeout rc 124."""
+def run(argv, timeout, limit, env=None, owner=None):
+    """One probe: never raises; a missing binary is rc 127, a timeout rc 124. With an owner,
+    it runs as that user in a minimal environment (owned_env.as_owner); rc 126 where it cannot."""
     started = time.monotonic()
     out = {"argv": argv, "rc": -1, "stdout": "", "stderr": "", "timed_out": False, "missing": False, "timeout": timeout}
     exe = shutil.which(argv[0], path=(env or os.environ).get("PATH")) if not os.path.isabs(argv[0]) else argv[0]
@@ -134,14 +140,15 @@ def run(argv, timeout, limit, env=None):
         out.update(rc=127, missing=True, stderr=f"{argv[0]}: not found")
         return out
     try:
+        child = {"env": env} if owner is None else as_owner(owner, {k: env[k] for k in ("PATH", "LC_ALL") if k in (env or {})})
         proc = subprocess.run([exe] + argv[1:], capture_output=True, text=True, errors="replace", timeout=timeout,
-                              check=False, env=env)
+                              check=False, **child)
         out.update(rc=proc.returncode, stdout=proc.stdout[:limit], stderr=proc.stderr[-4000:])
     except subprocess.TimeoutExpired as exc:
         out.update(rc=124, timed_out=True, stdout=(exc.stdout or b"")[:limit].decode(errors="replace")
                    if isinstance(exc.stdout, bytes) else (exc.stdout or "")[:limit],
                    stderr=f"timed out after {timeout} s")
-    except OSError as exc:
+    except (OSError, LookupError) as exc:  # PermissionError (not root) is an OSError
         out.update(rc=126, stderr=str(exc))
     out["seconds"] = round(time.monotonic() - started, 3)
     return out
@@ -259,9 +266,10 @@ def main():
     commands["kernel_log"] = kernel_log(timeout, limit)
     python = p["python"] or str((facts.get("python_env") or {}).get("python") or "")
     if p["torch_snippet"] and python:
-        commands["torch"] = run([python, "-c", p["torch_snippet"]], p["torch_timeout"], limit, env)
-        commands["torch"]["ran"] = True
-        commands["torch"]["python"] = python
+        # The environment is its owner's code: it runs as them, never as root for another owner.
+        owner = owner_of(python, facts.get("python_env"))
+        commands["torch"] = run([python, "-c", p["torch_snippet"]], p["torch_timeout"], limit, env, owner=owner)
+        commands["torch"].update(ran=True, python=python, owner=owner)
     elif p["torch_snippet"]:
         commands["torch"] = {"ran": False, "rc": -1, "stdout": "", "python": "",
                              "stderr": "no Python environment recorded on this host"}

@@ -47,8 +47,9 @@ options:
     elements: dict
     description: >-
       What each role manages (record, retire): held_packages, packages, files, units, python_envs
-      (each a list; python_envs names environments' Python interpreters, whose pip freeze is
-      recorded), merged.
+      (each a list; python_envs names environments' Python interpreters, whose packages are
+      recorded as pip freeze would list them, read from their metadata: the environment's
+      Python is never run), merged.
   managed_names:
     type: list
     elements: str
