@@ -15,7 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from provisioner.render import inventory, role_specs, secrets
+from provisioner.profiles import secrets
+from provisioner.render import inventory, role_specs
 from provisioner import outputs, profiles
 from provisioner.render.ansible_data import dump_unsafe, load_unsafe
 from provisioner.cli import app

@@ -6,7 +6,7 @@ with its own time-out and output bound, plus a few small files; the whole is bou
 host (`max_host_bytes`). No profile or inventory string is part of a command. `--dry-run`
 prints exactly this list. Nothing that holds secrets is read: no environment, no
 configuration files other than apt's pin files, and what comes back is passed through
-`redact()` (provisioner/render/secrets.py's names) before it is written or printed.
+`redact()` (provisioner/profiles/secrets.py's names) before it is written or printed.
 
 What a host sends back is untrusted: the bound is the host's own module's, so the controller
 bounds it again (`max_host_bytes` + REPLY_ALLOWANCE) and keeps nothing of a host that sends

@@ -202,7 +202,7 @@ def redact_command_record(path: Path) -> None:
     """ansible-runner's record of the command and environment without the secrets values
     carry (a proxy's user:password@, a token): Ansible needs them while it runs, the run
     folder never does. Rewritten as soon as the run ends, owner-only like the original."""
-    from provisioner.render import secrets
+    from provisioner.profiles import secrets
 
     try:
         text = path.read_text(encoding="utf-8")

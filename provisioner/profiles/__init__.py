@@ -158,7 +158,7 @@ def _where(files: tuple[Path, ...], loc: tuple[str | int, ...]) -> str:
 def _refuse_secrets(value: Any, files: tuple[Path, ...], loc: tuple[str | int, ...] = ()) -> None:
     """A profile is shared between teams and copied into every run folder and bundle: no value
     in it may carry a credential (a URL's password, a token, a webhook URL), whatever its field."""
-    from provisioner.render import secrets
+    from provisioner.profiles import secrets
 
     if isinstance(value, dict):
         for key, item in value.items():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.render import secrets
+from provisioner.profiles import secrets
 from provisioner.errors import ProvisionError
 
 # Facts Ansible adds to every host itself; not the user's.

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from provisioner import outputs
-from provisioner.render import secrets
+from provisioner.profiles import secrets
 from provisioner.reports.terminal import clean
 from provisioner.verdicts.diagnosis import HostDiagnosis
 
@@ -37,7 +37,7 @@ NOT_SECRET_HERE = frozenset({"pin", "pin-priority"})
 
 def redact(text: str) -> str:
     """`text` with private keys, the values of secret-named assignments (token=..., password: ...,
-    the names provisioner/render/secrets.py calls secrets) and secrets in values under any name
+    the names provisioner/profiles/secrets.py calls secrets) and secrets in values under any name
     (a URL's password, a token, a webhook URL: secrets.SECRET_VALUE) replaced."""
     text = secrets.redact_values(_PEM.sub(REDACTED, text), REDACTED)
 
