@@ -60,5 +60,5 @@ def test_bad_monitoring_settings_are_refused_naming_the_field(tmp_path: Path, ba
 def test_the_bundle_always_installs_the_timer():
     loaded = profiles.load("h100-train")
     assert render.role_vars(loaded)["state_timer_enabled"] is False
-    group_vars = bundle.members(loaded)["inventory/group_vars/all/provisioner.yml"]
+    group_vars = bundle.members(loaded, wheels=[])["inventory/group_vars/all/provisioner.yml"]
     assert load_unsafe(group_vars.decode())["state_timer_enabled"] is True
