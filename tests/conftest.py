@@ -198,3 +198,24 @@ def _ansible_only_in_marked_tests(request, monkeypatch):
         pytest.fail(f"{request.node.nodeid} starts Ansible ({', '.join(sorted(set(started)))}) but is not marked "
                     "ansible: mark it @pytest.mark.ansible (the unit stage and the fast loop leave those out)",
                     pytrace=False)
+
+
+# ------------------------------------------------------------------ a bundle's wheels, offline
+@pytest.fixture(scope="session")
+def offline_wheels(tmp_path_factory):
+    """A `--wheels` folder for a bundle whose node runs Python `python`: one file per pin of
+    the controller's ansible-core set, named as pip names wheels, holding placeholder bytes.
+    For tests of everything else in a bundle; tests/test_bundle.py's slow test downloads and
+    installs the real files."""
+    from packaging.utils import canonicalize_name
+
+    from provisioner.render import bundle_wheels
+
+    def make(python: str = "3.11", system: str = "debian-12") -> Path:
+        folder = tmp_path_factory.mktemp("wheels")
+        for pin in bundle_wheels.pins(python, system):
+            name = canonicalize_name(pin.name).replace("-", "_")
+            (folder / f"{name}-{pin.version}-py3-none-any.whl").write_bytes(f"placeholder {pin}\n".encode())
+        return folder
+
+    return make

@@ -6,14 +6,18 @@ Applying it for real inside a lab host: tests/integration/test_bundle_lab.py.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import importlib.metadata
+import json
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from provisioner.render import bundle
+from provisioner.render import bundle, bundle_wheels
 from provisioner import paths, profiles
 from provisioner.render.ansible_data import load_unsafe
 from provisioner.errors import ProvisionError
@@ -23,8 +27,13 @@ PROFILE = str(DATA / "profiles" / "lab-driver-only.yml")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    return bundle.build(profiles.load(PROFILE), tmp_path_factory.mktemp("bundle") / "bundle.tar.gz")
+def wheels(offline_wheels) -> Path:
+    return offline_wheels()  # the lab profiles are Debian 12's: Python 3.11
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, wheels) -> Path:
+    return bundle.build(profiles.load(PROFILE), tmp_path_factory.mktemp("bundle") / "bundle.tar.gz", wheels=wheels)
 
 
 def _read(tar: tarfile.TarFile, name: str) -> str:
@@ -70,8 +79,8 @@ def test_entries(built):
         assert "collections_path = .\n" in _read(tar, "ansible.cfg")
 
 
-def test_deterministic(built, tmp_path):
-    again = bundle.build(profiles.load(PROFILE), tmp_path / "again.tar.gz")
+def test_deterministic(built, tmp_path, wheels):
+    again = bundle.build(profiles.load(PROFILE), tmp_path / "again.tar.gz", wheels=wheels)
     assert again.read_bytes() == built.read_bytes()
     with open(built, "rb") as f:
         header = f.read(10)
@@ -79,8 +88,8 @@ def test_deterministic(built, tmp_path):
     assert gzip.decompress(built.read_bytes())  # a plain gzip stream
 
 
-def test_different_profile_different_bundle(built, tmp_path):
-    other = bundle.build(profiles.load("debian12-lab"), tmp_path / "other.tar.gz")
+def test_different_profile_different_bundle(built, tmp_path, wheels):
+    other = bundle.build(profiles.load("debian12-lab"), tmp_path / "other.tar.gz", wheels=wheels)
     assert bundle.sha256_of(other) != bundle.sha256_of(built)
 
 
@@ -123,9 +132,9 @@ def test_cloud_init_for_a_url_needs_the_sha256():
         bundle.cloud_init("https://boot.example/bundle.tar.gz")
     with pytest.raises(ProvisionError, match="not a sha256"):
         bundle.cloud_init("https://boot.example/bundle.tar.gz", "abc")
-    text = bundle.cloud_init("https://boot.example/bundle.tar.gz", "A" * 64, pip_index_url="https://pypi.example/simple")
+    text = bundle.cloud_init("https://boot.example/bundle.tar.gz", "A" * 64)
     body = yaml.safe_load(text)["write_files"][0]["content"]
-    assert "sha256=" + "a" * 64 in body and "export PIP_INDEX_URL='https://pypi.example/simple'" in body
+    assert "sha256=" + "a" * 64 in body and "PIP_INDEX_URL" not in body  # the bundle carries its wheels
 
 
 def test_apply_script_refuses_a_tarball_with_the_wrong_sha256(built, tmp_path):
@@ -145,6 +154,107 @@ def test_warns_about_controller_paths():
         "wheelhouse_source" in w for w in bundle.warnings_for(profiles.load(PROFILE)))
 
 
-def test_output_path_must_be_a_file(tmp_path):
+def test_output_path_must_be_a_file(tmp_path, wheels):
     with pytest.raises(ProvisionError, match="is a folder"):
-        bundle.build(profiles.load(PROFILE), tmp_path)
+        bundle.build(profiles.load(PROFILE), tmp_path, wheels=wheels)
+
+
+# --- ansible-core on the node: the controller's, from the bundle's own wheels (issue 28, item 14) ---
+
+def _requirements(tar: tarfile.TarFile) -> dict[str, tuple[str, str]]:
+    """wheels/requirements.txt as name -> (version, sha256)."""
+    out = {}
+    for line in _read(tar, bundle_wheels.REQUIREMENTS).splitlines():
+        if line and not line.startswith("#"):
+            spec, hash_option = line.split(" --hash=sha256:")
+            name, version = spec.split("==")
+            out[name] = (version, hash_option)
+    return out
+
+
+def _check_pinned_to_the_packed_files(tar: tarfile.TarFile) -> dict[str, tuple[str, str]]:
+    pinned = _requirements(tar)
+    assert pinned["ansible-core"][0] == importlib.metadata.version("ansible-core")
+    packed = {m.name: hashlib.sha256(tar.extractfile(m).read()).hexdigest()
+              for m in tar.getmembers() if m.name.endswith(".whl")}
+    assert sorted(packed.values()) == sorted(sha for _, sha in pinned.values())  # one file per pin, that file's hash
+    (core,) = [name for name in packed if name.startswith("wheels/ansible_core-")]
+    assert packed[core] == pinned["ansible-core"][1]
+    return pinned
+
+
+def test_the_bundle_pins_the_controllers_ansible_core_by_the_hash_of_the_packed_file(built):
+    """Was: apply.sh ran `pip install 'ansible-core>=2.15,<2.20'` at boot, whatever an index offered."""
+    with tarfile.open(built) as tar:
+        pinned = _check_pinned_to_the_packed_files(tar)
+        for name in ("Jinja2", "PyYAML", "cryptography", "packaging", "resolvelib"):
+            assert pinned[name][0] == importlib.metadata.version(name)
+        assert json.loads(_read(tar, "BUNDLE.json"))["wheels"] == {name: v for name, (v, _) in pinned.items()}
+        apply = _read(tar, "apply.sh")
+    assert ('PIP_CONFIG_FILE=/dev/null "$venv/bin/pip" install --isolated -q --disable-pip-version-check --no-index '
+            '--only-binary=:all: \\\n  --find-links "$here/wheels" --require-hashes -r "$here/wheels/requirements.txt"'
+            in apply)
+    assert apply.count("pip\" install") == 1 and "ansible-core>=" not in apply
+
+
+def test_no_wheel_for_a_pin_is_one_error_with_the_command_that_fills_the_folder(tmp_path, wheels):
+    partial = tmp_path / "wheels"
+    partial.mkdir()
+    for wheel in wheels.iterdir():
+        if not wheel.name.startswith("resolvelib-"):
+            (partial / wheel.name).write_bytes(wheel.read_bytes())
+    (partial / f"resolvelib-{importlib.metadata.version('resolvelib')}-cp312-cp312-win_amd64.whl").write_bytes(b"x")
+    out = tmp_path / "b.tar.gz"
+    with pytest.raises(ProvisionError) as err:
+        bundle.build(profiles.load(PROFILE), out, wheels=partial)
+    message = str(err.value)
+    assert f"no wheel of resolvelib {importlib.metadata.version('resolvelib')} for the node's Python 3.11" in message
+    assert "pip download --no-deps --only-binary=:all: --python-version 3.11" in message
+    assert not out.exists()
+
+
+def test_an_ansible_core_the_nodes_python_cannot_run_is_refused():
+    """No silent fallback to another version: the controller's ansible-core or nothing."""
+    with pytest.raises(ProvisionError, match=r"ansible-core .*needs Python >=3\.\d+; a ubuntu-20.04 node's python3 is 3\.8"):
+        bundle_wheels.pins("3.8", "ubuntu-20.04")
+
+
+def test_the_set_follows_the_nodes_markers():
+    names = {p.name.lower() for p in bundle_wheels.pins("3.11", "debian-12")}
+    assert {"ansible-core", "jinja2", "markupsafe", "pyyaml", "cryptography", "packaging", "resolvelib"} <= names
+    assert not {"bcrypt", "babel"} & names  # extras (cryptography[ssh], jinja2[i18n]) are not installed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="installs the lab node's wheels (Python 3.11) here")
+def test_a_built_bundle_installs_exactly_its_downloaded_wheels_offline(tmp_path):
+    """The real download, the real apply.sh: a venv gets the controller's ansible-core from the
+    bundle alone (no index), and a wheel changed after the build stops the install."""
+    built = bundle.build(profiles.load(PROFILE), tmp_path / "bundle.tar.gz")
+    unpacked = tmp_path / "bundle"
+    unpacked.mkdir()
+    with tarfile.open(built) as tar:
+        _check_pinned_to_the_packed_files(tar)
+        tar.extractall(unpacked, filter="data")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (venv / "bin" / "ansible-playbook").write_text("#!/bin/sh\nexit 3\n")  # so apply.sh makes no venv (apt)
+    (venv / "bin" / "ansible-playbook").chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PROVISIONER_ANSIBLE_VENV": str(venv),
+           "PIP_FIND_LINKS": str(tmp_path / "elsewhere"), "PIP_INDEX_URL": "https://index.invalid/simple"}
+
+    tampered = tmp_path / "tampered"
+    subprocess.run(["cp", "-a", str(unpacked), str(tampered)], check=True)
+    (wheel,) = (tampered / "wheels").glob("resolvelib-*.whl")
+    with open(wheel, "ab") as f:
+        f.write(b"\0")
+    r = subprocess.run([str(tampered / "apply.sh"), "--syntax-check"], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "DO NOT MATCH THE HASHES" in r.stderr, r.stdout + r.stderr
+    assert not list((venv / "lib").glob("python3.11/site-packages/ansible_core-*"))
+
+    r = subprocess.run([str(unpacked / "apply.sh"), "--syntax-check"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    installed = subprocess.run([str(venv / "bin" / "python"), "-c",
+                                "import importlib.metadata as m; print(m.version('ansible-core'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    assert installed == importlib.metadata.version("ansible-core")

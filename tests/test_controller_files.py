@@ -169,7 +169,8 @@ def test_a_bundle_refuses_a_path_in_the_files_root(tmp_path: Path):
     """A bundle's node has no files root: it reads these from its own disk, by absolute path."""
     profile = _profile(tmp_path, "mirrors:\n  ca_certificates: [ca.pem]\n")
     with pytest.raises(ProvisionError, match="'ca.pem' is a path in the controller's files root"):
-        bundle.members(profiles.load(str(profile)))
+        bundle.build(profiles.load(str(profile)), tmp_path / "b.tar.gz")  # refused before any wheel is fetched
+    assert not (tmp_path / "b.tar.gz").exists()
 
 
 def test_a_wheel_linked_out_of_the_root_is_refused(tmp_path: Path):

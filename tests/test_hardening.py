@@ -252,10 +252,10 @@ def test_planted_secrets_are_never_rendered(tmp_path: Path):
     assert _assert_nowhere(tmp_path / "out") == 3
 
 
-def test_planted_secrets_are_not_in_a_bundle(tmp_path: Path, monkeypatch):
+def test_planted_secrets_are_not_in_a_bundle(tmp_path: Path, monkeypatch, offline_wheels):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", PLANTED)
     out = tmp_path / "b" / "node.tar.gz"
-    result = CliRunner().invoke(app, ["bundle", "-p", "debian12-lab", "-o", str(out),
+    result = CliRunner().invoke(app, ["bundle", "-p", "debian12-lab", "-o", str(out), "--wheels", str(offline_wheels()),
                                       "--cloud-init-url", "https://x.example/node.tar.gz"])
     assert result.exit_code == 0, result.output
     with tarfile.open(out) as tar:

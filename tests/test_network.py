@@ -138,3 +138,36 @@ def test_verify_network_refuses_a_bad_address_before_any_host_is_touched(tmp_pat
                                       "--network", "--runs-dir", str(tmp_path / "runs")], env={"COLUMNS": "200"})
     assert result.exit_code == 1 and "hosts.ini:3" in result.output and "neither an IP address" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
+
+
+# --- what listens during a check, where and for how long (issue 28, item 15) ----------------
+
+def test_the_iperf3_server_listens_on_the_address_under_test_for_one_test_and_a_bounded_time():
+    from .conftest import load_module
+
+    mod = load_module("iperf3_pair")
+    argv = mod.server_argv("/usr/bin/iperf3", "10.0.0.11", 5201, 160)
+    assert argv[:2] == ["timeout", "160"]  # killed after its lifetime if no test came
+    assert argv[argv.index("--bind") + 1] == "10.0.0.11" and "--one-off" in argv  # one address, one test
+    client = mod.client_argv("/usr/bin/iperf3", "10.0.0.12", "10.0.0.11", 5201, 5)
+    assert client[client.index("--bind") + 1] == "10.0.0.12" and client[client.index("--connect-timeout") + 1] == "5000"
+
+
+def test_the_iperf3_servers_lifetime_follows_the_test_duration():
+    assert net.server_lifetime(LAB.network.duration_s) == 4 * (LAB.network.duration_s + 30)
+    assert net.server_lifetime(5) == 140
+
+
+def test_the_ddp_rendezvous_is_bound_to_the_address_under_test_and_the_job_to_a_time():
+    from .conftest import load_module
+
+    mod = load_module("ddp_run")
+    p = {"script": "/tmp/ddp/ddp_smoke.py", "nnodes": 2, "node_rank": 0, "master_addr": "10.0.0.11",
+         "master_port": 29500, "local_addr": "10.0.0.11", "timeout": 120, "steps": 5, "tensor_mib": 4}
+    argv = mod.torchrun_argv("/opt/env/bin/python", p, 1)
+    # ddp_launch.py, not torchrun: it hands the TCPStore a socket bound to --master-addr only
+    assert argv[1] == "/tmp/ddp/ddp_launch.py" and argv[argv.index("--master-addr") + 1] == "10.0.0.11"
+    assert argv[argv.index("--rdzv-conf") + 1] == "timeout=120" and argv[argv.index("--max-restarts") + 1] == "0"
+    assert mod.job_seconds(120) == 300  # then the job, store and all, is killed with its process group
+    launcher = (REPO / "ansible_collections/gpu_provisioner/node/playbooks/files/ddp_launch.py").read_text()
+    assert 'listener.bind((addr, port))' in launcher and 'options["master_listen_fd"] = listener.fileno()' in launcher

@@ -76,6 +76,10 @@ def bundle(
     cloud_init_url: Annotated[Optional[str], typer.Option(
         "--cloud-init-url", help="Also write <output>.cloud-init.yml: a #cloud-config that fetches the bundle from "
                                  "this URL (or path on the node), checks its sha256 and applies it at first boot.")] = None,
+    wheels: Annotated[Optional[Path], typer.Option(
+        "--wheels", help="Take ansible-core and its dependencies for the node (this controller's versions, as "
+                         "wheels for the node's Python) from this folder instead of downloading them; the error "
+                         "for a missing one prints the pip download command that fills it.")] = None,
     force: Force = False,
 ) -> None:
     """Write a self-contained tarball (playbooks, roles, resolved profile, local.yml) a node applies to itself."""
@@ -93,13 +97,11 @@ def bundle(
     snippet = bundle_mod.snippet_path(check_file(output, force=force, what="bundle"))
     if cloud_init_url is not None:
         check_file(snippet, force=force, what="cloud-init snippet")
-    path = bundle_mod.build(loaded, output, force=force)
+    path = bundle_mod.build(loaded, output, force=force, wheels=wheels)
     digest = bundle_mod.sha256_of(path)
     s.say(f"{path}  sha256 {digest}")
     if cloud_init_url is not None:
-        write_file(snippet, bundle_mod.cloud_init(cloud_init_url, digest,
-                                                  pip_index_url=loaded.profile.mirrors.pip_index_url),
-                   force=force, what="cloud-init snippet")
+        write_file(snippet, bundle_mod.cloud_init(cloud_init_url, digest), force=force, what="cloud-init snippet")
         s.say(f"cloud-init: {snippet}")
     s.say(f"apply on a node (root): mkdir -p /opt/provisioner/bundle && tar -xzf {shlex.quote(path.name)} "
           "-C /opt/provisioner/bundle && /opt/provisioner/bundle/apply.sh")

@@ -49,8 +49,7 @@ def _network(report, target, inventory_dir, run_dir, hosts, forks, hook, become)
     plan, pairs = net.network_plan(profile, target.inventory, hosts)
     duration = profile.network.duration_s
     extravars = {"provisioner_network_plan": plan, "provisioner_network_duration": duration,
-                 # a server outlives its test by little, whatever happens to the controller
-                 "provisioner_network_lifetime": 4 * (duration + 30),
+                 "provisioner_network_lifetime": net.server_lifetime(duration),
                  "provisioner_network_ibstat": "yes" if profile.hardware.infiniband else "present"}
     run = run_playbook("network", inventory_dir, run_dir, limit=",".join(hosts), forks=forks, extravars=extravars,
                        hook=hook, become=become)

@@ -71,6 +71,12 @@ def pairs(hosts: list[str], pairing: str = "ring", sample: int = 16, seed: int |
     return ring[:sample] if pairing == "sample" else ring
 
 
+def server_lifetime(duration: int) -> int:
+    """Seconds an iperf3 server may listen (its one test, the pair's start-up and the play's
+    turns), after which `timeout` ends it whatever happens to the controller."""
+    return 4 * (duration + 30)
+
+
 def network_plan(profile: Profile, inventory: Inventory, hosts: list[str], seed: int | None = None) -> tuple[dict, list[Pair]]:
     """host -> what it does in the playbook (network.yml), and the pairs."""
     net = profile.network

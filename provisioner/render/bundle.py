@@ -9,7 +9,9 @@ at boot needs no controller at all. The bundle holds everything the converge nee
     inventory/group_vars/all/provisioner.yml   the profile as the roles' variables
     ansible.cfg                  relative collections_path and inventory
     local.yml                    applies gpu_provisioner.node.site to localhost
-    apply.sh                     fetch-less apply: venv with ansible-core, then local.yml
+    wheels/                      ansible-core and its dependencies as the controller runs them, and
+                                 requirements.txt pinning each file by its sha256 (bundle_wheels.py)
+    apply.sh                     fetch-less apply: venv with those wheels (--no-index --require-hashes), then local.yml
     README.md, BUNDLE.json       what this is, and the profile/version it was made from
 
 The tarball is deterministic: sorted entries, fixed mtime, uid/gid 0, no gzip timestamp,
@@ -27,6 +29,7 @@ import json
 import os
 import stat
 import tarfile
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -35,13 +38,13 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from provisioner import __version__, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.profiles import Loaded, controller_files
+from provisioner.profiles.models import DEFAULT_PYTHON
 from provisioner.render.ansible_data import dump_unsafe
 from provisioner.outputs import check_file, write_file
-from provisioner.render import role_vars
+from provisioner.render import bundle_wheels, role_vars
 
 # 2026-01-01T00:00:00Z: entries get this mtime (or $SOURCE_DATE_EPOCH).
 FIXED_MTIME = 1767225600
-ANSIBLE_CORE = "ansible-core>=2.15,<2.20"
 INSTALL_DIR = "/opt/provisioner"
 _SKIP_DIRS = {"__pycache__", ".git", "molecule", ".pytest_cache", ".cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".retry", ".swp", "~")
@@ -123,23 +126,50 @@ def warnings_for(loaded: Loaded) -> list[str]:
     return out
 
 
-def members(loaded: Loaded) -> dict[str, bytes | Path]:
-    """Everything in the bundle: archive name -> bytes, or the file whose bytes go in."""
-    p = loaded.profile
-    relative = [item for item in controller_files.named(p) if not item.value.startswith("/")]
+def node_python(loaded: Loaded) -> str:
+    """The node's system python3 (apply.sh makes its venv with it): the profile's OS's."""
+    return DEFAULT_PYTHON[loaded.profile.os]
+
+
+def _check_node_paths(loaded: Loaded) -> None:
+    relative = [item for item in controller_files.named(loaded.profile) if not item.value.startswith("/")]
     if relative:  # no files root on the node: the roles would look among their own files
         raise ProvisionError(f"{relative[0].field}: {relative[0].value!r} is a path in the controller's files root, "
                              "but a bundle's node reads it from its own disk", where=str(loaded.files[0]),
                              fix="give the file's absolute path on the node, or an https URL")
+
+
+def wheels_for(loaded: Loaded, folder: Path | None, scratch: Path) -> list[bundle_wheels.Wheel]:
+    """ansible-core and its dependencies for the node, at the controller's versions: taken
+    from `folder` (--wheels), else downloaded into `scratch` (kept while the bundle is built)."""
+    python = node_python(loaded)
+    wanted = bundle_wheels.pins(python, loaded.profile.os)
+    if folder is None:
+        bundle_wheels.download(wanted, python, scratch)
+        folder = scratch
+    return bundle_wheels.collect(wanted, python, folder)
+
+
+def members(loaded: Loaded, wheels: list[bundle_wheels.Wheel]) -> dict[str, bytes | Path]:
+    """Everything in the bundle: archive name -> bytes, or the file whose bytes go in."""
+    p = loaded.profile
+    _check_node_paths(loaded)
+    python = node_python(loaded)
     header = f"# Rendered by `provision bundle` from profile {p.name} (sha256 {loaded.digest}).\n"
     manifest = {"profile": p.name, "profile_sha256": loaded.digest, "provisioner_version": __version__,
-                "ansible_core": ANSIBLE_CORE, "apply": "ansible-playbook -i inventory local.yml"}
+                "python": python, "wheels": {w.pin.name: w.pin.version for w in wheels},
+                "apply": "ansible-playbook -i inventory local.yml"}
     generated: dict[str, bytes | Path] = {
         **{name: (TEMPLATES / source).read_bytes() for name, source in _STATIC.items()},
         "README.md": _template("README.md.j2", name=p.name, digest=loaded.digest, version=__version__,
-                               install_dir=INSTALL_DIR).encode(),
+                               install_dir=INSTALL_DIR, python=python,
+                               ansible_core=next((w.pin.version for w in wheels if w.pin.name == bundle_wheels.ROOT),
+                                                 "(none)")).encode(),
         "BUNDLE.json": (json.dumps(manifest, indent=2) + "\n").encode(),
-        "apply.sh": _template("apply.sh.j2", install_dir=INSTALL_DIR, ansible_core=ANSIBLE_CORE).encode(),
+        "apply.sh": _template("apply.sh.j2", install_dir=INSTALL_DIR, wheels=bundle_wheels.FOLDER,
+                              requirements=bundle_wheels.REQUIREMENTS).encode(),
+        bundle_wheels.REQUIREMENTS: bundle_wheels.requirements(wheels, python).encode(),
+        **{f"{bundle_wheels.FOLDER}/{w.filename}": w.data for w in wheels},
         # !unsafe: the profile is data, never template source (see provisioner/render/ansible_data.py)
         # The bundle always installs provision-state.timer: a node that converges itself
         # reports its own drift to Prometheus, with no controller to run `provision check`.
@@ -163,11 +193,19 @@ def _tarinfo(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> 
     return info
 
 
-def build(loaded: Loaded, out_path: Path, *, force: bool = False) -> Path:
+def build(loaded: Loaded, out_path: Path, *, force: bool = False, wheels: Path | None = None) -> Path:
     """Write the bundle tarball (gzip) for `loaded`; returns its path. Same input, same bytes.
-    Written atomically, only as a regular file (outputs.write_file)."""
+    Written atomically, only as a regular file (outputs.write_file). ansible-core's wheels
+    come from `wheels` (a folder) or are downloaded (bundle_wheels.py)."""
     out_path = check_file(out_path, force=force, what="bundle")
-    entries = members(loaded)
+    _check_node_paths(loaded)
+    with tempfile.TemporaryDirectory(prefix="provision-bundle-") as scratch:
+        entries = members(loaded, wheels_for(loaded, wheels, Path(scratch)))
+        data = _tarball(entries)
+    return write_file(out_path, data, force=force, mode=0o644, what="bundle")
+
+
+def _tarball(entries: dict[str, bytes | Path]) -> bytes:
     dirs = sorted({str(Path(name).parents[i]) for name in entries for i in range(len(Path(name).parents) - 1)})
     raw = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \
@@ -184,7 +222,7 @@ def build(loaded: Loaded, out_path: Path, *, force: bool = False) -> Path:
                 data = source
                 executable = name == "apply.sh"
             tar.addfile(_tarinfo(name, len(data), 0o755 if executable else 0o644), io.BytesIO(data))
-    return write_file(out_path, raw.getvalue(), force=force, mode=0o644, what="bundle")
+    return raw.getvalue()
 
 
 def sha256_of(path: Path) -> str:
@@ -195,11 +233,10 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def apply_script(url_or_path: str, sha256: str, *, pip_index_url: str | None = None) -> str:
+def apply_script(url_or_path: str, sha256: str) -> str:
     """The shell script the cloud-config runs: fetch, check sha256, unpack, then the
     bundle's own apply.sh (which makes the ansible-core venv and converges)."""
-    return _template("fetch-and-apply.sh.j2", source=url_or_path, sha256=sha256, install_dir=INSTALL_DIR,
-                     pip_index_url=pip_index_url)
+    return _template("fetch-and-apply.sh.j2", source=url_or_path, sha256=sha256, install_dir=INSTALL_DIR)
 
 
 class _LiteralDumper(yaml.SafeDumper):
@@ -210,7 +247,7 @@ _LiteralDumper.add_representer(
     str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
 
 
-def cloud_init(url_or_path: str, sha256: str | None = None, *, pip_index_url: str | None = None) -> str:
+def cloud_init(url_or_path: str, sha256: str | None = None) -> str:
     """A #cloud-config that applies the bundle at first boot.
 
     url_or_path: where the node gets the tarball (https://..., file://... or a path on
@@ -231,7 +268,7 @@ def cloud_init(url_or_path: str, sha256: str | None = None, *, pip_index_url: st
             "path": "/usr/local/sbin/provision-apply-bundle",
             "owner": "root:root",
             "permissions": "0755",
-            "content": apply_script(url_or_path, sha256, pip_index_url=pip_index_url),
+            "content": apply_script(url_or_path, sha256),
         }],
         "runcmd": [["/usr/local/sbin/provision-apply-bundle"]],
     }

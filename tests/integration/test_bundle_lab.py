@@ -3,13 +3,15 @@
     sudo .venv/bin/pytest -m lab tests/integration/test_bundle_lab.py
 
 The host gets the tarball and the script our cloud-init snippet installs; the script
-checks the sha256, unpacks, makes a venv with ansible-core from PyPI (through the
-machine's proxy) and runs `ansible-playbook -i inventory local.yml`. A second run must
+checks the sha256, unpacks, makes a venv with the ansible-core the bundle carries (the
+controller's, as wheels downloaded when the bundle is built, installed with --no-index
+--require-hashes) and runs `ansible-playbook -i inventory local.yml`. A second run must
 report changed=0.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -63,6 +65,10 @@ def test_bundle_converges_a_lab_host_by_itself_and_then_changes_nothing(lab_host
     assert first.returncode == 0 and failed == 0 and unreachable == 0, first.stdout[-4000:]
     assert changed > 0  # a fresh host: common's packages, config files and the profile record
     assert "TASK [gpu_provisioner.node.common :" in first.stdout
+    # The node runs the controller's exact ansible-core, from the bundle's own wheels.
+    core = podman("exec", lab_host, "/opt/provisioner/ansible/bin/python", "-c",
+                  "import importlib.metadata as m; print(m.version('ansible-core'))")
+    assert core.stdout.strip() == importlib.metadata.version("ansible-core"), core.stdout + core.stderr
 
     # The host now carries the profile record the drift check reads.
     fact = podman("exec", lab_host, "cat", "/etc/ansible/facts.d/provisioner.fact")

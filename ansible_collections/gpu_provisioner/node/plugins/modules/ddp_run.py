@@ -110,6 +110,23 @@ def gpu_count():
     return len(re.findall(r"^GPU \d+:", r.stdout, re.M)) if r.returncode == 0 else 0
 
 
+def torchrun_argv(python: str, p: dict, nproc: int) -> list[str]:
+    """ddp_launch.py (beside the script) is torchrun with its rendezvous store bound to
+    master_addr (the address under test) only; the rendezvous waits at most `timeout`."""
+    launcher = os.path.join(os.path.dirname(p["script"]), "ddp_launch.py")
+    return [python, launcher, "--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]),
+            "--nproc-per-node", str(nproc), "--master-addr", p["master_addr"],
+            "--master-port", str(p["master_port"]), "--local-addr", p["local_addr"],
+            "--rdzv-conf", f"timeout={p['timeout']}", "--max-restarts", "0", "--monitor-interval", "1",
+            p["script"], "--steps", str(p["steps"]), "--tensor-mib", str(p["tensor_mib"]), "--timeout", str(p["timeout"])]
+
+
+def job_seconds(timeout: int) -> int:
+    """The whole job, store included, is killed after this: the rendezvous and
+    init_process_group each wait at most `timeout`, plus the torch import and the steps."""
+    return 2 * timeout + 60
+
+
 def main():
     module = AnsibleModule(argument_spec={
         "script": {"type": "path", "required": True},
@@ -146,16 +163,8 @@ def main():
         module.fail_json(msg=f"no interface of this host holds {p['local_addr']} (network_test_address / ansible_host)")
     env = dict(os.environ, GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface, OMP_NUM_THREADS="1",
                PYTHONUNBUFFERED="1")
-    # ddp_launch.py (beside the script) is torchrun with its rendezvous store bound to master_addr.
-    launcher = os.path.join(os.path.dirname(p["script"]), "ddp_launch.py")
-    argv = [python, launcher, "--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]),
-            "--nproc-per-node", str(max(gpus, 1)), "--master-addr", p["master_addr"],
-            "--master-port", str(p["master_port"]), "--local-addr", p["local_addr"],
-            "--rdzv-conf", f"timeout={p['timeout']}", "--max-restarts", "0", "--monitor-interval", "1",
-            p["script"], "--steps", str(p["steps"]), "--tensor-mib", str(p["tensor_mib"]), "--timeout", str(p["timeout"])]
-    # The rendezvous and init_process_group each wait at most `timeout`; the job as a whole
-    # gets both, plus the torch import and the steps.
-    job_timeout = 2 * p["timeout"] + 60
+    argv = torchrun_argv(python, p, max(gpus, 1))
+    job_timeout = job_seconds(p["timeout"])
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, stdin=subprocess.DEVNULL)

@@ -152,6 +152,18 @@ def stop(port):
     return stopped
 
 
+def server_argv(iperf3: str, address: str, port: int, lifetime: int) -> list[str]:
+    """The server: on the address under test only (--bind), for one test (--one-off), and
+    killed by `timeout` after `lifetime` seconds if no test came."""
+    return ["timeout", str(lifetime), iperf3, "--server", "--one-off", "--bind", address, "--port", str(port)]
+
+
+def client_argv(iperf3: str, address: str, peer: str, port: int, duration: int) -> list[str]:
+    """The client: from the address under test, at most 5 s to connect, `duration` s of test."""
+    return [iperf3, "--client", peer, "--port", str(port), "--bind", address, "--time", str(duration), "--json",
+            "--connect-timeout", "5000"]
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -177,8 +189,7 @@ def main():
         stop(p["port"])  # an earlier, interrupted check's server
         if listening(p["port"]):
             module.fail_json(msg=f"port {p['port']} already listens on this host: pick another network.port")
-        proc = subprocess.Popen(["timeout", str(p["lifetime"]), iperf3, "--server", "--one-off", "--bind", p["address"],
-                                 "--port", str(p["port"])], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(server_argv(iperf3, p["address"], p["port"], p["lifetime"]), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         try:
             with open(pidfile(p["port"]), "w") as f:
@@ -196,8 +207,7 @@ def main():
         module.exit_json(changed=False, provisioner_network_server={"address": p["address"], "port": p["port"],
                                                                     "pid": proc.pid, "listening": True})
     started = time.monotonic()
-    argv = [iperf3, "--client", p["peer"], "--port", str(p["port"]), "--bind", p["address"], "--time",
-            str(p["duration"]), "--json", "--connect-timeout", "5000"]
+    argv = client_argv(iperf3, p["address"], p["peer"], p["port"], p["duration"])
     result = {"address": p["address"], "peer": p["peer"], "port": p["port"], "argv": argv[1:], "timed_out": False}
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["duration"] + 30, check=False)
