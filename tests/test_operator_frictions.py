@@ -47,7 +47,7 @@ def captured(monkeypatch):
         raise ProvisionError("stopped by the test")
 
     target = SimpleNamespace(inventory=SimpleNamespace(dropped_secrets=()), loaded=SimpleNamespace(warnings=()))
-    monkeypatch.setattr(commands, "prepare", lambda profile, inventory: target)
+    monkeypatch.setattr(commands, "prepare", lambda profile, inventory, *args, **kwargs: target)
     monkeypatch.setattr(commands, "execute", execute)
     monkeypatch.delenv("ANSIBLE_VERBOSITY", raising=False)
     return seen
