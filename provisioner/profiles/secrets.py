@@ -73,7 +73,11 @@ def holds_secret(value: Any) -> bool:
     return False
 
 
-def redact_values(text: str, mark: str = "[redacted by provision]") -> str:
+# What every redaction writes in place of a secret (run records, diagnose, the env record).
+REDACTED = "[redacted by provision]"
+
+
+def redact_values(text: str, mark: str = REDACTED) -> str:
     """`text` with every secret `SECRET_VALUE` finds replaced (a URL keeps its scheme and host)."""
     return SECRET_VALUE.sub(lambda m: f"{m.group('scheme')}{mark}@" if m.group("scheme") else mark, text)
 

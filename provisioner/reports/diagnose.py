@@ -30,7 +30,7 @@ from provisioner.verdicts.diagnosis import HostDiagnosis
 
 _ASSIGNMENT = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)")
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S)
-REDACTED = "[redacted by provision]"
+REDACTED = secrets.REDACTED
 # apt's pin files say `Pin: version 535.*`: the word pin is a secret's name elsewhere (a PIN), not here.
 NOT_SECRET_HERE = frozenset({"pin", "pin-priority"})
 
@@ -39,7 +39,7 @@ def redact(text: str) -> str:
     """`text` with private keys, the values of secret-named assignments (token=..., password: ...,
     the names provisioner/profiles/secrets.py calls secrets) and secrets in values under any name
     (a URL's password, a token, a webhook URL: secrets.SECRET_VALUE) replaced."""
-    text = secrets.redact_values(_PEM.sub(REDACTED, text), REDACTED)
+    text = secrets.redact_values(_PEM.sub(REDACTED, text))
 
     def value(match: re.Match) -> str:
         if secrets.is_secret_name(match.group("key")) and match.group("key").lower() not in NOT_SECRET_HERE:
