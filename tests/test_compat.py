@@ -20,8 +20,25 @@ def fixed_today(monkeypatch):
     monkeypatch.setattr(compat, "today", lambda: dt.date(2026, 12, 1))
 
 
+def one_item_form(data: dict) -> dict:
+    """A resolved profile's one environment written back as python_env with torch, the form
+    the built-in profiles use and the cases below change."""
+    envs = data.pop("python_envs", [])
+    if len(envs) == 1:
+        env = envs[0]
+        fw = env.pop("framework", None)
+        if fw and fw["name"] == "pytorch":
+            env["torch"] = {"version": fw["version"], "index": fw["variant"], "packages": fw["packages"]}
+        elif fw:
+            env["framework"] = fw
+        data["python_env"] = env
+    elif envs:
+        data["python_envs"] = envs
+    return data
+
+
 def build(base: str, changes: dict) -> Profile:
-    data = deep_merge(copy.deepcopy(profiles.as_dict(profiles.load(base).profile)), changes)
+    data = deep_merge(one_item_form(copy.deepcopy(profiles.as_dict(profiles.load(base).profile))), changes)
     # Derived values are re-derived from the changed settings, as a fresh load would.
     data["hardware"]["gpu"].setdefault("architecture", None)
     if "architecture" not in changes.get("hardware", {}).get("gpu", {}):
@@ -41,8 +58,45 @@ def rules_broken(base: str, changes: dict) -> dict[str, compat.Problem]:
 
 CUDA_12_2_OLD_DRIVER = {"driver": {"branch": 525, "version": "525.147.05"}}
 
+def framework(name: str, version: str, variant: str, **env) -> dict:
+    """Changes giving the profile's one environment this framework instead of its torch."""
+    return {"python_env": {"torch": None, "framework": {"name": name, "version": version, "variant": variant},
+                           **env}}
+
+
+OLD_DRIVERS = {"535": {"driver": {"branch": 535, "version": "535.288.01"}},
+               "550": {"driver": {"branch": 550, "version": "550.163.01"}}}
+V100 = {"hardware": {"gpu": {"model": "V100"}}}
+
 # (rule, base profile, accepted changes, refused changes, text in the fix)
 CASES = [
+    # TensorFlow and JAX (compat.yml tensorflow / jax).
+    ("tensorflow-known", "h100-train", framework("tensorflow", "2.21.0", "and-cuda"),
+     framework("tensorflow", "2.14.0", "and-cuda"), "use one of 2.15"),
+    ("jax-known", "h100-train", framework("jax", "0.10.2", "cuda13"), framework("jax", "0.4.30", "cuda12"),
+     "use one of 0.5.0"),
+    ("tensorflow-python", "h100-train", framework("tensorflow", "2.21.0", "and-cuda", python="3.13"),
+     framework("tensorflow", "2.21.0", "and-cuda", python="3.14"), "python_env.python: '3.13'"),
+    ("tensorflow-python", "debian12-lab", framework("tensorflow", "2.20.0", "cpu"),
+     framework("tensorflow", "2.15.0", "cpu", python="3.12"), "python_env.python: '3.11'"),
+    # JAX 0.11 dropped Python 3.11 (CHANGELOG); Debian 12's system Python is 3.11.
+    ("jax-python", "debian12-lab", framework("jax", "0.10.2", "cpu"), framework("jax", "0.11.0", "cpu"),
+     "python_env.python: '3.14'"),
+    ("jax-python", "h100-train", framework("jax", "0.6.2", "cuda12"), framework("jax", "0.7.0", "cuda12"),
+     "python_env.python: '3.13'"),
+    ("jax-variant", "h100-train", framework("jax", "0.7.2", "cuda13", python="3.12"),
+     framework("jax", "0.7.1", "cuda13", python="3.12"), "use variant cuda12"),
+    # A JAX CUDA 13 build needs R580 (NVIDIA: 580.65.06); R535 and R550 stop at CUDA 12.
+    ("jax-driver", "h100-train", framework("jax", "0.10.2", "cuda12", python="3.12") | OLD_DRIVERS["550"],
+     framework("jax", "0.10.2", "cuda13", python="3.12") | OLD_DRIVERS["550"], "or use variant cuda12"),
+    ("jax-driver", "h100-train", framework("jax", "0.10.2", "cuda13", python="3.12"),
+     framework("jax", "0.10.2", "cuda13", python="3.12") | OLD_DRIVERS["535"], "raise driver.version to 580.65.06"),
+    ("tensorflow-driver", "l40s-infer", framework("tensorflow", "2.21.0", "and-cuda"),
+     framework("tensorflow", "2.21.0", "and-cuda") | {"driver": {"branch": 520, "version": "520.61.05"}},
+     "raise driver.version to 525.60.13"),
+    # JAX's CUDA 13 wheels need SM 7.5 or newer; V100 is 7.0 (its CUDA 12 wheels run from 5.2).
+    ("jax-arch", "h100-train", framework("jax", "0.10.2", "cuda12", python="3.12") | V100,
+     framework("jax", "0.10.2", "cuda13", python="3.12") | V100, "use variant cuda12"),
     ("cuda-min-driver", "h100-train", {"driver": {"branch": 535, "version": "535.54.03"}}, CUDA_12_2_OLD_DRIVER,
      "raise driver.version to 535.54.03"),
     ("cuda-known", "h100-train", {"cuda": {"toolkits": ["12.1"]}}, {"cuda": {"toolkits": ["12.7"]}}, "use one of"),
@@ -108,7 +162,7 @@ CASES = [
       "cuda": {"toolkits": ["12.8"]}, "nccl": {"version": "2.25.1"}, "cudnn": {"enabled": False},
       "python_env": {"torch": {"version": "2.11.0", "index": "cu128"}}}, "use index cu126"),
     ("torch-index-default", "h100-train", {"python_env": {"torch": {"version": "2.11.0", "index": "cu126"}}},
-     {"python_env": {"torch": {"version": "2.11.0", "index": None}}}, "set python_env.torch.index to one of cu126"),
+     {"python_env": {"torch": {"version": "2.11.0", "index": None}}}, "set python_env.framework.variant to one of cu126"),
     ("driver-eol", "l40s-infer", {}, {"driver": {"branch": 535, "version": "535.129.03"}},
      "move to R580 (long-term support, end of life 2028-06)"),
     ("driver-eol", "l40s-infer", {"driver": {"branch": 595, "version": "595.45.04"}},  # production until 2027-03
@@ -181,6 +235,11 @@ def test_every_rule_in_the_module_has_a_case():
     # f"{kind}-known" shares cudnn-known's code; f"flavour-{kind}" is tested as flavour-cudnn/-tensorrt
     tested = {c[0] for c in CASES} | {"nccl-known", "tensorrt-known"}
     named = {n for n in named if "{kind}" not in n}
+    # f"{fw.name}-..." is one rule for TensorFlow and JAX: each needs a case under one of its names.
+    templated = {n for n in named if "{fw.name}" in n}
+    named -= templated
+    for n in templated:
+        assert {n.replace("{fw.name}", fw) for fw in ("tensorflow", "jax")} & tested, f"untested rule: {n}"
     assert named <= tested, f"untested rules: {named - tested}"
 
 

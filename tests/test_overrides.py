@@ -1,7 +1,8 @@
 """Per-host overrides pass the validators of the profile field they override (issue 28,
-item 4; provisioner/render/overrides.py): the issue's inventory (python_env_prefix=/,
-python_env_name=.., a listen address not-an-ip, nvidia_driver_version=999.1.1,
-common_extra_ca_certificates per host) ends in one error naming the inventory file and
+item 4; provisioner/render/overrides.py): the issue's inventory (a listen address
+not-an-ip, nvidia_driver_version=999.1.1, common_extra_ca_certificates per host; its
+python_env_prefix=/ and python_env_name=.. are no longer overridable at all since the
+environments are one list, python_env_envs: issue 30) ends in one error naming the inventory file and
 line, the host and the variable, through the real CLI, nothing written."""
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from provisioner.cli import app
 from provisioner.render import PROFILE_FIELD
 from provisioner.render.overrides import CONTROLLER_FILES, OVERRIDABLE
 
-OVERRIDES = ("python_env_prefix", "python_env_name", "python_env_python", "dcgm_exporter_listen_address",
-             "nvidia_driver_persistence")
+OVERRIDES = ("common_apt_proxy", "provisioner_reboot_timeout", "python_env_pip_index_url",
+             "dcgm_exporter_listen_address", "nvidia_driver_persistence")
 
 
 def _site(tmp: Path, inventory: str, overrides=OVERRIDES, name: str = "hosts.ini", base: str = "debian12-lab") -> tuple[Path, Path]:
@@ -43,10 +44,10 @@ def _refused(tmp: Path, profile: Path, hosts: Path, *expect: str) -> str:
 
 
 @pytest.mark.parametrize("setting,why", [
-    ("python_env_prefix=/", "python_env.prefix would refuse: / is a system folder"),
-    ("python_env_name=..", "python_env.name would refuse: String should match pattern"),
+    ("common_apt_proxy=javascript:alert(1)", "mirrors.apt_proxy would refuse"),
+    ("provisioner_reboot_timeout=5", "reboot.timeout_s would refuse"),
     ("dcgm_exporter_listen_address=not-an-ip", "'not-an-ip' is not an IP address"),
-    ("python_env_prefix=/opt/../usr", "python_env.prefix would refuse"),
+    ("python_env_pip_index_url=file:///etc", "mirrors.pip_index_url would refuse"),
 ])
 def test_an_override_the_profile_field_would_refuse_is_refused(tmp_path: Path, setting: str, why: str):
     profile, hosts = _site(tmp_path, f"[gpu]\nnode1\nnode2 ansible_host=10.0.0.6 {setting}\n")
@@ -56,15 +57,13 @@ def test_an_override_the_profile_field_would_refuse_is_refused(tmp_path: Path, s
 
 def test_fields_the_package_plan_or_the_matrix_decide(tmp_path: Path):
     """nvidia_driver_version feeds the package pins, fabric manager and the node's own check:
-    not overridable. An override the compatibility matrix refuses is refused as the profile."""
+    not overridable; nor is an environment's field (python_envs render as one variable)."""
     profile, hosts = _site(tmp_path, "[gpu]\nnode1 nvidia_driver_version=999.1.1\n",
                            overrides=("nvidia_driver_version",))
     _refused(tmp_path, profile, hosts, "inventory_overrides names 'nvidia_driver_version' (profile field "
                                        "driver.version), which cannot be overridden per host")
-    profile, hosts = _site(tmp_path, "all:\n  hosts:\n    node1: {}\n    node2: {python_env_python: '3.9'}\n",
-                           name="hosts.yml", base="h100-train")
-    _refused(tmp_path, profile, hosts, "host node2 sets python_env_python='3.9'", "[torch-python]",
-             "not 3.9")
+    profile, hosts = _site(tmp_path, "[gpu]\nnode1 python_env_prefix=/opt/other\n", overrides=("python_env_prefix",))
+    _refused(tmp_path, profile, hosts, "host node1 sets python_env_prefix: unknown variable of the role python_env")
 
 
 def test_controller_files_come_only_through_the_profile(tmp_path: Path):
@@ -75,23 +74,23 @@ def test_controller_files_come_only_through_the_profile(tmp_path: Path):
 
 
 def test_a_group_override_names_the_group_its_file_and_the_host(tmp_path: Path):
-    profile, hosts = _site(tmp_path, "[gpu]\nnode1\n[gpu:vars]\npython_env_prefix=/usr\n")
-    _refused(tmp_path, profile, hosts, f"{hosts}:4: group gpu sets python_env_prefix='/usr' for host node1",
-             "/usr is a system folder")
+    profile, hosts = _site(tmp_path, "[gpu]\nnode1\n[gpu:vars]\nprovisioner_reboot_timeout=5\n")
+    _refused(tmp_path, profile, hosts, f"{hosts}:4: group gpu sets provisioner_reboot_timeout=5 for host node1",
+             "reboot.timeout_s would refuse")
 
 
 def test_an_override_is_a_value_not_a_template(tmp_path: Path):
-    inventory = "all:\n  hosts:\n    node1:\n      python_env_prefix: \"{{ '/' }}\"\n"
+    inventory = "all:\n  hosts:\n    node1:\n      common_apt_proxy: \"{{ '/' }}\"\n"
     profile, hosts = _site(tmp_path, inventory, name="hosts.yml")
     _refused(tmp_path, profile, hosts, "an override is a value, not a template")
 
 
 def test_good_overrides_still_render(tmp_path: Path):
-    profile, hosts = _site(tmp_path, "[gpu]\nnode1\nnode2 python_env_prefix=/opt/other nvidia_driver_persistence=false "
+    profile, hosts = _site(tmp_path, "[gpu]\nnode1\nnode2 provisioner_reboot_timeout=1200 nvidia_driver_persistence=false "
                                      "dcgm_exporter_listen_address=10.0.0.6\n")
     result = _render(profile, hosts, tmp_path / "out")
     assert result.exit_code == 0, result.output
-    assert "python_env_prefix: /opt/other" in (tmp_path / "out" / "hosts.yml").read_text()
+    assert "provisioner_reboot_timeout: 1200" in (tmp_path / "out" / "hosts.yml").read_text()
 
 
 def test_each_overridable_variable_is_its_fields_only_rendering():

@@ -45,7 +45,7 @@ def test_python_defaults_to_the_systems_python_of_the_os(tmp_path: Path):
         child = tmp_path / f"{os_name}.yml"
         child.write_text("extends: rtx5090-cv\nname: py\ndescription: default python\n"
                          f"os: {os_name}\npython_env:\n  python: null\n")
-        assert profiles.load(str(child)).profile.python_env.python == python
+        assert profiles.load(str(child)).profile.python_envs[0].python == python
 
 
 def test_h100_train_is_what_the_seed_guidance_asks_for():
@@ -56,11 +56,11 @@ def test_h100_train_is_what_the_seed_guidance_asks_for():
     # A supported driver branch (R580 LTS), and a current PyTorch whose wheels carry their own
     # CUDA runtime: cu126 is the oldest index 2.11 publishes; the R580 driver runs it.
     assert p.driver.branch == 580 and p.driver.source == "cuda_repo"
-    assert p.python_env.torch.version.startswith("2.11.") and p.python_env.torch.index == "cu126"
-    assert p.python_env.name == "pytorch_env" and p.python_env.python == "3.12"
+    assert p.python_envs[0].torch.version.startswith("2.11.") and p.python_envs[0].torch.variant == "cu126"
+    assert p.python_envs[0].name == "pytorch_env" and p.python_envs[0].python == "3.12"
     # Every artifact it needs is named with its checksum, or comes from a package.
-    assert p.python_env.conda_installer.endswith("Miniforge3-26.3.2-3-Linux-x86_64.sh")
-    assert p.python_env.conda_installer_sha256 == "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
+    assert p.python_envs[0].conda_installer.endswith("Miniforge3-26.3.2-3-Linux-x86_64.sh")
+    assert p.python_envs[0].conda_installer_sha256 == "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
     # DCGM and the exporter NVIDIA builds against it (dcgm-exporter tag 4.5.2-4.8.1).
     assert p.dcgm.exporter.binary is None and (p.dcgm.version, p.dcgm.exporter.version) == ("4.5.2", "4.8.1")
     assert p.hardware.infiniband and p.hardware.min_cpu_cores >= 32 and p.hardware.min_ram_gib >= 1024
@@ -77,8 +77,8 @@ def test_extends_deep_merges_mappings_and_replaces_lists(tmp_path: Path):
     p = loaded.profile
     assert p.hardware.gpu.count == 4
     assert p.hardware.gpu.model == "H100 80GB HBM3"  # kept from the parent: mappings merge
-    assert p.python_env.packages == ["numpy"]
-    assert p.python_env.torch.index == "cu126"
+    assert p.python_envs[0].packages == ["numpy"]
+    assert p.python_envs[0].torch.variant == "cu126"
     assert p.description == "tweaked"
     assert [f.name for f in loaded.files] == ["mine.yml", "h100-train.yml"]
 

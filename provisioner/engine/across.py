@@ -71,9 +71,9 @@ def _ddp(report, target, inventory_dir, run_dir, hosts, forks, hook, become) -> 
     profile = target.loaded.profile
     if not hosts:
         return
-    if not profile.python_env.enabled or profile.python_env.torch is None:
+    if not any(env.torch for env in profile.python_envs):
         for name in hosts:
-            _host(report, name).checks.append(skipped("ddp", "the profile installs no torch (python_env.torch)"))
+            _host(report, name).checks.append(skipped("ddp", "the profile installs no PyTorch (python_envs[].framework)"))
         return
     ddp = profile.network.ddp
     addresses = {h: net.test_address(target.inventory, h) for h in hosts}

@@ -23,7 +23,7 @@ from provisioner.parsers import nvidia_smi
 from provisioner.parsers import ibstat as ibstat_mod
 from provisioner.judge import network
 from provisioner.verdicts.checks import Check, failed, not_in_capture, passed, skipped
-from provisioner.profiles.models import Profile
+from provisioner.profiles.models import Profile, PythonEnv
 
 
 
@@ -471,10 +471,16 @@ def judge_diag(results: list[dcgm.DiagResult]) -> list[Check]:
     return [failed("dcgm diag", f"failed: {', '.join(failing)}; {detail}") if failing else passed("dcgm diag", detail)]
 
 
+def probed_env(profile: Profile) -> PythonEnv | None:
+    """The environment the torch probe runs in: the first with PyTorch (the python_env role
+    records its Python for gpu_verify)."""
+    return next((env for env in profile.python_envs if env.torch), None)
+
+
 def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
+    env = probed_env(profile)
     if "ran" in torch and not _truthy(torch.get("ran")):
-        env = profile.python_env
-        return [failed("torch", f"no Python environment {env.name} on this host ({' '.join(str(torch.get('stderr', '')).split())[:200]}): "
+        return [failed("torch", f"no Python environment {env.name if env else ''} on this host ({' '.join(str(torch.get('stderr', '')).split())[:200]}): "
                                 "run provision up")]
     if int(torch.get("rc", -1)) != 0:
         return [failed("torch", f"import torch failed in the environment: {' '.join(str(torch.get('stderr', '')).split())[-300:]}")]
@@ -485,7 +491,7 @@ def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
         info = json.loads(lines[-1])
     except ValueError:
         raise nvidia_smi.Unreadable("torch probe reader", lines[-1], "not the JSON line the probe prints") from None
-    wanted = profile.python_env.torch.version if profile.python_env.torch else None
+    wanted = env.torch.version if env is not None and env.torch else None
     checks = []
     if wanted:
         have = str(info.get("version", ""))
@@ -605,7 +611,7 @@ def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
         checks += _guard("infiniband", judge_infiniband, profile, probe.get("infiniband"), str(probe.get("container") or ""))
         checks += _guard("gpudirect rdma", judge_gpudirect, profile, probe)
     torch = commands.get("torch")
-    if profile.python_env.enabled and profile.python_env.torch:
+    if probed_env(profile) is not None:
         checks += _guard("torch", judge_torch, profile, torch if torch else {"ran": False, "stderr": "not probed"})
     return checks
 
@@ -622,7 +628,7 @@ def judge(profile: Profile, reported: dict[str, Any]) -> list[Check]:
         if "fabric_manager" in reported:
             checks += _guard("fabric manager", judge_fabric_manager, profile, reported["fabric_manager"])
         torch = reported.get("torch")
-        if torch and profile.python_env.enabled and profile.python_env.torch:
+        if torch and probed_env(profile) is not None:
             checks += _guard("torch", judge_torch, profile, torch)
     nccl = reported.get("nccl_tests") or {}
     if _truthy(nccl.get("ran")):

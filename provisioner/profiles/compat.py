@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 from provisioner.yamlfile import load_data
 
 from provisioner import paths
-from provisioner.profiles.models import Profile
+from provisioner.profiles.models import Profile, PythonEnv
 
 DATA = paths.DATA_DIR / "compat.yml"
 # Written by scripts/update_compat_tables.py from NVIDIA's releases.json and PyTorch's
@@ -97,14 +97,15 @@ def torch_series(torch_version: str) -> str:
     return ".".join(torch_version.split(".")[:2])
 
 
-def torch_index(profile: Profile) -> str | None:
-    """The wheel flavour the environment uses: the profile's, or the newest index
-    published for that torch release whose CUDA is not newer than the default toolkit."""
-    env = profile.python_env
-    if not env.enabled or env.torch is None:
+def torch_index(profile: Profile, env: PythonEnv | None = None) -> str | None:
+    """The wheel flavour a PyTorch environment uses (`env`, else the profile's first): the
+    profile's, or the newest index published for that torch release whose CUDA is not newer
+    than the default toolkit."""
+    env = env if env is not None else next((e for e in profile.python_envs if e.torch), None)
+    if env is None or env.torch is None:
         return None
-    if env.torch.index:
-        return env.torch.index
+    if env.torch.variant:
+        return env.torch.variant
     release = matrix()["torch"].get(torch_series(env.torch.version))
     if release is None:
         return None
@@ -301,33 +302,37 @@ def libraries(p: Profile) -> Iterator[Problem]:
 
 @rule
 def pytorch(p: Profile) -> Iterator[Problem]:
-    env = p.python_env
-    if not env.enabled or env.torch is None:
-        return
+    for env in p.python_envs:
+        if env.torch is not None:
+            yield from _pytorch(p, env)
+
+
+def _pytorch(p: Profile, env: PythonEnv) -> Iterator[Problem]:
+    at = env.where
     releases = matrix()["torch"]
     series = torch_series(env.torch.version)
     release = releases.get(series)
     if release is None:
-        yield Problem("torch-known", "python_env.torch.version", f"PyTorch {series} is not in the matrix",
+        yield Problem("torch-known", f"{at}.framework.version", f"PyTorch {series} is not in the matrix",
                       f"use one of {', '.join(releases)}")
         return
     low, high = release["python"]
     if not version(low) <= version(env.python) <= version(high):
-        yield Problem("torch-python", "python_env.python",
+        yield Problem("torch-python", f"{at}.python",
                       f"PyTorch {series} has wheels for Python {low} to {high}, not {env.python}",
-                      f"set python_env.python: '{high}'")
-    index = torch_index(p)
+                      f"set {at}.python: '{high}'")
+    index = torch_index(p, env)
     if index is None:
-        yield Problem("torch-index-default", "python_env.torch.index",
+        yield Problem("torch-index-default", f"{at}.framework.variant",
                       f"PyTorch {series} publishes no CUDA index at or below the default toolkit "
                       f"{p.cuda.default} ({', '.join(release['indexes'])}), and a GPU host must not get CPU wheels",
-                      f"set python_env.torch.index to one of {', '.join(release['indexes'])} "
+                      f"set {at}.framework.variant to one of {', '.join(release['indexes'])} "
                       "(the wheels bundle their own CUDA runtime: the driver decides which run)")
         return
     if index != "cpu" and index not in release["indexes"]:
         nearest = max((ix for ix in release["indexes"] if _index_cuda(ix) <= _index_cuda(index)),
                       key=_index_cuda, default=release["indexes"][0])
-        yield Problem("torch-index", "python_env.torch.index",
+        yield Problem("torch-index", f"{at}.framework.variant",
                       f"PyTorch {series} publishes no {index} wheels (it has {', '.join(release['indexes'])})",
                       f"use {nearest}")
     elif index != "cpu":
@@ -337,7 +342,7 @@ def pytorch(p: Profile) -> Iterator[Problem]:
             # Only indexes whose CUDA major this driver runs: never the one refused, nor another of its major.
             runs = [ix for ix in release["indexes"]
                     if version(p.driver.version) >= version(matrix()["cuda"]["major_min_driver"][str(_index_cuda(ix)[0])])]
-            yield Problem("torch-index-driver", "python_env.torch.index",
+            yield Problem("torch-index-driver", f"{at}.framework.variant",
                           f"{index} wheels need driver >= {floor} (CUDA {major}.x), the profile pins {p.driver.version}",
                           f"raise driver.version to {floor} or newer"
                           + (f", or use index {' or '.join(runs)} (its CUDA runs on {p.driver.version})" if runs else
@@ -367,10 +372,13 @@ def runs_on(cc: str, arches: list[str], ptx: str | None) -> bool:
 
 @rule
 def torch_arch(p: Profile) -> Iterator[Problem]:
-    env = p.python_env
-    if not (p.expects_gpu and env.enabled and env.torch):
-        return
-    cc, index = compute_capability(p), torch_index(p)
+    for env in p.python_envs:
+        if p.expects_gpu and env.torch:
+            yield from _torch_arch(p, env)
+
+
+def _torch_arch(p: Profile, env: PythonEnv) -> Iterator[Problem]:
+    cc, index = compute_capability(p), torch_index(p, env)
     series = torch_series(env.torch.version)
     if cc is None or index in (None, "cpu"):
         return
@@ -380,10 +388,80 @@ def torch_arch(p: Profile) -> Iterator[Problem]:
     sm = "sm_" + cc.replace(".", "")
     others = [ix for ix in matrix()["torch"].get(series, {}).get("indexes", [])
               if (w := wheel_arches(series, ix)) and runs_on(cc, *w)]
-    yield Problem("torch-arch", "python_env.torch.index",
+    yield Problem("torch-arch", f"{env.where}.framework.variant",
                   f"PyTorch {series} {index} wheels are built for {', '.join('sm_' + a.replace('.', '') for a in built[0])}; "
                   f"{p.hardware.gpu.model} is {sm}, so CUDA would fail with 'no kernel image is available'",
                   f"use index {' or '.join(others)}" if others else "use a PyTorch release whose wheels carry " + sm)
+
+
+# --- TensorFlow and JAX ---------------------------------------------------------------
+
+def framework_gpu_cuda(name: str, release: str, variant: str) -> str | None:
+    """The CUDA major a TensorFlow or JAX GPU variant's wheels need ('12', '13'), None for cpu."""
+    if variant == "cpu":
+        return None
+    if name == "jax":
+        return matrix()["jax"]["variants"][variant]["cuda"]
+    cuda = matrix()["tensorflow"]["releases"].get(release, {}).get("cuda")
+    return cuda.split(".")[0] if cuda else None
+
+
+def framework_requirement(name: str, release_version: str, variant: str) -> str:
+    """What pip installs for TensorFlow or JAX: tensorflow[and-cuda]==2.21.0, jax[cuda13]==0.10.2, jax==0.10.2."""
+    return f"{matrix()[name]['variants'][variant]['requirement']}=={release_version}"
+
+
+def _release_key(name: str, release_version: str) -> str:
+    # TensorFlow's table is per series (2.21); JAX's per release (0.10.2).
+    return torch_series(release_version) if name == "tensorflow" else release_version
+
+
+@rule
+def tensorflow_jax(p: Profile) -> Iterator[Problem]:
+    """A TensorFlow or JAX release on a Python it has no wheels for, a GPU variant the release
+    does not publish, a driver older than its CUDA major needs, or a GPU older than its
+    wheels support (compat.yml tensorflow / jax)."""
+    for env in p.python_envs:
+        fw = env.framework
+        if fw is None or fw.name == "pytorch":
+            continue
+        at, label = env.where, {"tensorflow": "TensorFlow", "jax": "JAX"}[fw.name]
+        releases = matrix()[fw.name]["releases"]
+        key = _release_key(fw.name, fw.version)
+        release = releases.get(key)
+        if release is None:
+            yield Problem(f"{fw.name}-known", f"{at}.framework.version", f"{label} {key} is not in the matrix",
+                          f"use one of {', '.join(releases)}")
+            continue
+        low, high = release["python"]
+        if not version(low) <= version(env.python) <= version(high):
+            yield Problem(f"{fw.name}-python", f"{at}.python",
+                          f"{label} {key} has wheels for Python {low} to {high}, not {env.python}",
+                          f"set {at}.python: '{high}' (a conda environment brings its own Python), or pick a "
+                          f"{label} release with wheels for {env.python}")
+        if fw.variant == "cpu":
+            continue
+        if fw.name == "jax" and fw.variant not in release["gpu"]:
+            yield Problem("jax-variant", f"{at}.framework.variant",
+                          f"JAX {key} publishes no {fw.variant} build (it has {', '.join(release['gpu'])})",
+                          f"use variant {' or '.join(release['gpu'])}, or a newer JAX")
+            continue
+        major = framework_gpu_cuda(fw.name, key, str(fw.variant))
+        floor = matrix()["cuda"]["major_min_driver"].get(major or "")
+        if floor and version(p.driver.version) < version(floor):
+            yield Problem(f"{fw.name}-driver", f"{at}.framework.variant",
+                          f"{label} {key} {fw.variant} wheels are built with CUDA {major}, which needs driver >= "
+                          f"{floor}; the profile pins {p.driver.version}",
+                          f"raise driver.version to {floor} or newer"
+                          + (", or use variant cuda12" if fw.name == "jax" and major != "12" else ""))
+        cc = compute_capability(p)
+        least = matrix()[fw.name]["variants"][fw.variant].get("min_cc")
+        if p.expects_gpu and cc and least and version(cc) < version(least):
+            yield Problem(f"{fw.name}-arch", f"{at}.framework.variant",
+                          f"{label}'s {fw.variant} wheels support GPUs of compute capability {least} and newer; "
+                          f"{p.hardware.gpu.model} is {cc}",
+                          "use variant cuda12 (compute capability 5.2 and newer)" if fw.name == "jax"
+                          and fw.variant == "cuda13" else f"use another framework build for a {cc} GPU")
 
 
 # --- driver lifecycle ----------------------------------------------------------------

@@ -80,13 +80,21 @@ def shipped() -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
+def _env_loc(env) -> tuple:
+    """Where the profile gave an environment: ("python_env",) or ("python_envs", N)."""
+    if env.where == "python_env":
+        return ("python_env",)
+    return ("python_envs", int(env.where.removeprefix("python_envs[").rstrip("]")))
+
+
 def named(profile) -> list[Named]:
     """Every controller path in `profile` (URLs are not paths: hosts download those)."""
     m, out = profile.mirrors, []
     out += [Named(("mirrors", "ca_certificates", i), v, "ca") for i, v in enumerate(m.ca_certificates)]
     if m.wheelhouse_source:
         out.append(Named(("mirrors", "wheelhouse_source"), m.wheelhouse_source, "wheelhouse"))
-    for loc, value in ((("python_env", "conda_installer"), profile.python_env.conda_installer),
+    installers = [((*_env_loc(env), "conda_installer"), env.conda_installer) for env in profile.python_envs]
+    for loc, value in (*installers,
                        (("nccl", "tests_source"), profile.nccl.tests_source),
                        (("dcgm", "exporter", "binary"), profile.dcgm.exporter.binary)):
         if value and "://" not in value:

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
                                      PipRequirement, RepoUrl, SingleLine, UrlOrControllerPath, UrlOrPath,
@@ -176,34 +176,127 @@ class Nccl(Library):
 
 
 class Torch(Strict):
+    """python_env.torch, the form profiles used before `framework`: read as framework pytorch."""
     version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="the PyTorch release, pinned exactly")
     index: str | None = Field(None, pattern=r"^(cpu|cu\d{3})$", description="wheel flavour; chosen from CUDA when left out")
     packages: list[PipRequirement] = Field(default_factory=list, description="more wheels from the same index, e.g. torchvision==0.16.2")
 
 
+# The variants each framework publishes (pytorch: its wheel index; tensorflow: the package or
+# extra; jax: the extra). Which release has which GPU variant is the matrix's (compat.yml).
+VARIANTS = {"pytorch": r"^(cpu|cu\d{3})$", "tensorflow": r"^(and-cuda|cpu)$", "jax": r"^(cuda12|cuda13|cpu)$"}
+VARIANT_NAMES = {"pytorch": "cpu or cuXYZ (cu126, cu130, ...)", "tensorflow": "and-cuda or cpu",
+                 "jax": "cuda12, cuda13 or cpu"}
+
+
+class Framework(Strict):
+    name: Literal["pytorch", "tensorflow", "jax"] = Field(description="the framework the environment is for")
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="its release, pinned exactly (2.11.0, 2.21.0, 0.10.2)")
+    variant: str | None = Field(
+        None, description="which build: pytorch: cpu or cuXYZ, the wheel index (chosen from cuda.default when left "
+                          "out); tensorflow: and-cuda (tensorflow[and-cuda]) or cpu (tensorflow-cpu); jax: cuda12 "
+                          "(jax[cuda12]), cuda13 (jax[cuda13]) or cpu (jax). Required for tensorflow and jax")
+    packages: list[PipRequirement] = Field(
+        default_factory=list, description="more wheels installed with it from the same index, e.g. torchvision==0.26.0")
+
+    @model_validator(mode="after")
+    def _variant_of_this_framework(self) -> Framework:
+        if self.variant is None:
+            if self.name != "pytorch":
+                raise ValueError(f"framework {self.name} needs a variant: {VARIANT_NAMES[self.name]}")
+        elif not re.fullmatch(VARIANTS[self.name], self.variant):
+            raise ValueError(f"{self.variant!r} is not a variant of {self.name}: use {VARIANT_NAMES[self.name]}")
+        return self
+
+
 class PythonEnv(Strict):
-    enabled: bool = Field(True, description="build the Python environment (a section left out of the profile is off)")
+    enabled: bool = Field(True, description="build the environment; false leaves it out (removed from hosts that "
+                                            "have it)")
     manager: Literal["conda", "venv"] = Field("conda", description="conda (Miniforge) or venv (the system Python)")
     python: str | None = Field(None, pattern=r"^3\.\d{1,2}$", description="defaults to the OS's system Python")
-    name: str = Field("pytorch_env", pattern=ENV_NAME, description="the environment's folder name (no /, not . or ..)")
-    prefix: OwnedDir = Field("/opt/conda", description="conda install prefix, or the folder venvs live in")
-    owner: str = Field("root", pattern=USER_NAME, description="the user who owns the environment")
+    name: str = Field("pytorch_env", pattern=ENV_NAME, description="the environment's folder name (no /, not . or ..); "
+                                                                  "unique across python_envs")
+    prefix: OwnedDir = Field("/opt/conda", description="conda install prefix, or the folder venvs live in: the "
+                                                       "environment is <prefix>/<name> (venv) or <prefix>/envs/<name> "
+                                                       "(conda)")
+    owner: str = Field("root", pattern=USER_NAME, description="the user who owns the environment (its builds and "
+                                                              "checks run as this user)")
     conda_installer: UrlOrControllerPath | None = Field(
         None, description="Miniforge installer URL, or its path in the files root on the controller")
     conda_installer_sha256: Sha256 | None = Field(None, description="sha256 of conda_installer (required for conda)")
     conda_packages: list[CondaSpec] = Field(default_factory=list, description="conda packages for the environment, "
                                                                               "from mirrors.conda_channels")
-    packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after torch")
-    torch: Torch | None = Field(None, description="PyTorch from its wheel index (left out: no torch)")
+    packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after the "
+                                                                             "framework")
+    framework: Framework | None = Field(None, description="the ML framework and its build (left out: none)")
+    # Where the profile gave it (python_env, or python_envs[N]): what errors and the matrix name.
+    _where: str = PrivateAttr("python_env")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _torch_is_framework_pytorch(cls, data):
+        # `torch:` is the form profiles used before `framework`: one name downstream.
+        if isinstance(data, dict) and "torch" in data:
+            data = dict(data)
+            given = data.pop("torch")
+            if given is None:  # `torch: null` (an extending profile turning PyTorch off)
+                return data
+            if data.get("framework") is not None:
+                raise ValueError("give framework or torch (its older form), not both")
+            torch = Torch.model_validate(given)
+            data["framework"] = {"name": "pytorch", "version": torch.version, "variant": torch.index,
+                                 "packages": torch.packages}
+        return data
 
     @model_validator(mode="after")
     def _conda_needs_its_installer(self) -> PythonEnv:
         # Known before any host is touched: the role would only find out after the driver.
         if self.enabled and self.manager == "conda" and not (self.conda_installer and self.conda_installer_sha256):
-            raise ValueError("a conda environment needs python_env.conda_installer (a Miniforge installer URL or "
-                             "path, e.g. Miniforge3-26.3.2-3-Linux-x86_64.sh) and python_env.conda_installer_sha256 "
+            raise ValueError("a conda environment needs conda_installer (a Miniforge installer URL or "
+                             "path, e.g. Miniforge3-26.3.2-3-Linux-x86_64.sh) and conda_installer_sha256 "
                              "(the sha256 its release publishes); or use manager: venv")
         return self
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    @property
+    def env_dir(self) -> str:
+        """Where the environment is on the host (the role's python_env_env_dir)."""
+        return f"{self.prefix}/envs/{self.name}" if self.manager == "conda" else f"{self.prefix}/{self.name}"
+
+    @property
+    def torch(self) -> Framework | None:
+        """The framework when it is PyTorch (what DDP and the torch probe need)."""
+        return self.framework if self.framework and self.framework.name == "pytorch" else None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def check_envs(envs: list[PythonEnv]) -> None:
+    """Several environments on one host must not collide: names (the role's records and the
+    state record key on them), folders, and a prefix's owner and manager (the role sets the
+    prefix's owner, and a conda prefix is a Miniforge install)."""
+    seen: dict[str, PythonEnv] = {}
+    for env in envs:
+        if env.name in seen:
+            raise ValueError(f"{env.where}.name: {env.name!r} is also {seen[env.name].where}'s name; each "
+                             "environment needs its own name")
+        seen[env.name] = env
+    for env in envs:
+        for other in envs:
+            if other is env:
+                continue
+            if _inside(other.prefix, env.env_dir) or _inside(other.env_dir, env.env_dir):
+                raise ValueError(f"{other.where}.prefix: {other.prefix} puts {other.name} inside {env.name} "
+                                 f"({env.env_dir}); give it a prefix of its own")
+            if other.prefix == env.prefix and (other.owner, other.manager) != (env.owner, env.manager):
+                raise ValueError(f"{other.where}.prefix: {other.prefix} is also {env.where}'s prefix, with another "
+                                 f"owner or manager ({other.owner}/{other.manager} and {env.owner}/{env.manager}); "
+                                 "environments share a prefix only with the same owner and manager")
 
 
 class Exporter(Strict):
@@ -381,8 +474,12 @@ class Profile(Strict):
                                                                                "left out)")
     tensorrt: Library = Field(default_factory=lambda: Library(enabled=False), description="TensorRT (off when "
                                                                                           "left out)")
-    python_env: PythonEnv = Field(default_factory=lambda: PythonEnv(enabled=False),
-                                  description="the Python environment with PyTorch (off when left out)")
+    python_env: PythonEnv | None = Field(
+        None, exclude=True, description="one environment: the one-item form of python_envs (give one or the other)")
+    python_envs: list[PythonEnv] = Field(
+        default_factory=list, max_length=16,
+        description="the Python environments, each with its own name, prefix, owner, framework and packages "
+                    "(python_env is the one-item form); an environment the list drops is removed from the hosts")
     dcgm: Dcgm = Field(default_factory=Dcgm, description="DCGM and dcgm-exporter")
     mirrors: Mirrors = Field(default_factory=Mirrors, description="where packages come from: only mirrored and "
                                                                   "air-gapped sites set these")
@@ -401,13 +498,29 @@ class Profile(Strict):
         # Derived values are filled in once here so every consumer sees the same answer.
         if self.cuda.source is None:
             self.cuda.source = self.driver.source
-        if self.python_env.python is None:
-            self.python_env.python = DEFAULT_PYTHON[self.os]
+        self._one_list_of_envs()
         if self.fabric_manager.enabled == "auto":
             self.fabric_manager.enabled = self.hardware.interconnect == "nvswitch"
         if self.fabric_manager.enabled and self.fabric_manager.version is None:
             self.fabric_manager.version = self.driver.version
         return self
+
+    def _one_list_of_envs(self) -> None:
+        """python_env is python_envs' one-item form: after this, python_envs is the one list
+        every consumer reads, holding only the environments that are on."""
+        single = self.python_env
+        if single is not None and single.enabled and self.python_envs:
+            raise ValueError("the profile gives both python_env and python_envs: put the environment into "
+                             "python_envs (or set python_env.enabled: false)")
+        one = single is not None and single.enabled
+        envs = [single] if one else self.python_envs
+        for i, env in enumerate(envs):
+            env._where = "python_env" if one else f"python_envs[{i}]"
+            if env.python is None:
+                env.python = DEFAULT_PYTHON[self.os]
+        self.python_env = None
+        self.python_envs = [env for env in envs if env.enabled]
+        check_envs(self.python_envs)
 
     @model_validator(mode="after")
     def _prebuilt_modules_exist(self) -> Profile:

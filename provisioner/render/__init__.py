@@ -21,7 +21,7 @@ from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
 from provisioner.render.inventory import Inventory, to_yaml_inventory
-from provisioner.profiles.models import Profile
+from provisioner.profiles.models import Profile, PythonEnv
 from provisioner.profiles import Loaded
 
 HEADER = "# Rendered by `provision render` from profile {name} (sha256 {digest}).\n# Do not edit: re-render instead.\n"
@@ -55,16 +55,10 @@ PROFILE_FIELD: dict[str, str] = {
     "cudnn_enabled": "cudnn.enabled", "nccl_enabled": "nccl.enabled",
     "tensorrt_enabled": "tensorrt.enabled", "nccl_tests_enabled": "nccl.tests",
     "nccl_tests_source": "nccl.tests_source", "nccl_tests_sha256": "nccl.tests_sha256",
-    "python_env_enabled": "python_env.enabled", "python_env_manager": "python_env.manager",
-    "python_env_python": "python_env.python", "python_env_name": "python_env.name",
-    "python_env_prefix": "python_env.prefix", "python_env_owner": "python_env.owner",
-    "python_env_conda_packages": "python_env.conda_packages", "python_env_conda_channels": "mirrors.conda_channels",
-    "python_env_pip_packages": "python_env.packages", "python_env_torch_version": "python_env.torch.version",
-    "python_env_torch_index": "python_env.torch.index", "python_env_torch_packages": "python_env.torch.packages",
+    "python_env_enabled": "python_envs (or python_env)", "python_env_envs": "python_envs (or python_env)",
+    "python_env_conda_channels": "mirrors.conda_channels",
     "python_env_pip_index_url": "mirrors.pip_index_url", "python_env_pip_find_links": "mirrors.pip_find_links",
     "python_env_wheelhouse_source": "mirrors.wheelhouse_source", "python_env_torch_index_url": "mirrors.torch_index_url",
-    "python_env_conda_installer": "python_env.conda_installer",
-    "python_env_conda_installer_sha256": "python_env.conda_installer_sha256",
     "dcgm_exporter_install_dcgm": "dcgm.enabled", "dcgm_exporter_enabled": "dcgm.exporter.enabled",
     "dcgm_exporter_listen_address": "dcgm.exporter.listen_address", "dcgm_exporter_port": "dcgm.exporter.port",
     "dcgm_exporter_collectors": "dcgm.exporter.collectors", "dcgm_exporter_run_as": "dcgm.exporter.run_as",
@@ -116,6 +110,39 @@ def _infiniband(p: Profile) -> dict[str, Any]:
             **({"network_gpudirect_min_kernel": direct.min_kernel} if direct.min_kernel else {})}
 
 
+# What the import check imports for each framework.
+FRAMEWORK_MODULE = {"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
+
+
+def framework(p: Profile, env: PythonEnv) -> dict[str, Any] | None:
+    """The environment's framework as the role installs it: the exact pip requirement
+    (torch==2.11.0+cu126 from the PyTorch index for its variant; tensorflow[and-cuda]==2.21.0,
+    jax[cuda13]==0.10.2 or jax==0.10.2 from the pip index) and the module its check imports."""
+    fw = env.framework
+    if fw is None:
+        return None
+    if fw.name == "pytorch":
+        variant = compat.torch_index(p, env)
+        requirement = f"torch=={fw.version}+{variant}"
+    else:
+        variant = fw.variant
+        requirement = compat.framework_requirement(fw.name, fw.version, str(variant))
+    return {"name": fw.name, "version": fw.version, "variant": variant, "requirement": requirement,
+            "module": FRAMEWORK_MODULE[fw.name], "packages": fw.packages}
+
+
+def python_env(p: Profile, env: PythonEnv, local: Any) -> dict[str, Any]:
+    """One environment as the python_env role's python_env_envs item."""
+    out = {"name": env.name, "manager": env.manager, "python": env.python, "prefix": env.prefix,
+           "owner": env.owner, "packages": env.packages, "conda_packages": env.conda_packages}
+    if env.manager == "conda":
+        out.update(conda_installer=local(env.conda_installer), conda_installer_sha256=env.conda_installer_sha256)
+    fw = framework(p, env)
+    if fw is not None:
+        out["framework"] = fw
+    return out
+
+
 def plan_for(loaded: Loaded, mode: packages.Mode = "live") -> packages.Plan:
     """NVIDIA's package names and exact versions for the profile (packages.resolve): a
     version the repository's index lacks stops the run here, before any host."""
@@ -133,7 +160,6 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
     pins = plan.pins
     from_repo = packages.uses_cuda_repo(p)
     m = p.mirrors
-    env = p.python_env
     exporter = p.dcgm.exporter
 
     def local(value: str | None) -> str | None:
@@ -182,7 +208,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         **_library("nccl", p, pins),
         **_library("tensorrt", p, pins),
         "nccl_tests_enabled": p.nccl.enabled and p.nccl.tests,
-        "python_env_enabled": env.enabled,
+        "python_env_enabled": bool(p.python_envs),
+        "python_env_envs": [python_env(p, env, local) for env in p.python_envs],
         "dcgm_exporter_install_dcgm": p.dcgm.enabled,
         "dcgm_exporter_enabled": p.dcgm.enabled and exporter.enabled,
         "dcgm_exporter_listen_address": exporter.listen_address,
@@ -198,23 +225,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         **_infiniband(p),
         **_state_timer(p),
     }
-    if env.enabled:
-        out.update({
-            "python_env_manager": env.manager,
-            "python_env_python": env.python,
-            "python_env_name": env.name,
-            "python_env_prefix": env.prefix,
-            "python_env_owner": env.owner,
-            "python_env_conda_packages": env.conda_packages,
-            "python_env_conda_channels": m.conda_channels,
-            "python_env_pip_packages": env.packages,
-        })
-        if env.torch:
-            out.update({
-                "python_env_torch_version": env.torch.version,
-                "python_env_torch_index": compat.torch_index(p),
-                "python_env_torch_packages": env.torch.packages,
-            })
+    if p.python_envs:
+        out["python_env_conda_channels"] = m.conda_channels
     optional = {
         "common_apt_proxy": m.apt_proxy,
         "cuda_repo_base_url": m.cuda_repo_url,
@@ -224,8 +236,6 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "python_env_pip_find_links": m.pip_find_links,
         "python_env_wheelhouse_source": local(m.wheelhouse_source),
         "python_env_torch_index_url": m.torch_index_url,
-        "python_env_conda_installer": local(env.conda_installer),
-        "python_env_conda_installer_sha256": env.conda_installer_sha256,
         "nccl_tests_source": local(p.nccl.tests_source),
         "nccl_tests_sha256": p.nccl.tests_sha256,
         "dcgm_exporter_binary": local(exporter.binary),

@@ -119,7 +119,8 @@ def warnings_for(loaded: Loaded) -> list[str]:
                    "with the bundle it is read on the node itself, so put the wheels there first")
     if p.mirrors.ca_certificates:
         out.append("mirrors.ca_certificates name files on the controller; the node reads them from its own disk")
-    for label, value in (("python_env.conda_installer", p.python_env.conda_installer),
+    installers = [(f"{env.where}.conda_installer", env.conda_installer) for env in p.python_envs]
+    for label, value in (*installers,
                          ("dcgm.exporter.binary", p.dcgm.exporter.binary), ("nccl.tests_source", p.nccl.tests_source)):
         if value and not value.startswith(("http://", "https://")):
             out.append(f"{label} ({value}) is a path: it must exist on the node itself")
