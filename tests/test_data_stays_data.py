@@ -37,7 +37,7 @@ FIELDS = {
     ("mirrors", "torch_index_url"): "https://torch.example/{}",
     ("mirrors", "download_base_url"): "https://dl.example/{}",
     ("mirrors", "conda_channels", 0): "https://conda.example/{}",
-    ("python_env", "conda_installer"): "https://dl.example/{}/Miniforge3.sh",
+    ("python_envs", 0, "conda_installer"): "https://dl.example/{}/Miniforge3.sh",
     ("dcgm", "exporter", "binary"): "https://dl.example/{}/dcgm-exporter",
     ("nccl", "tests_source"): "https://dl.example/{}/nccl-tests.tar.gz",
 }
@@ -60,7 +60,7 @@ def poisoned(tmp_path: Path):
     data = profiles.as_dict(profiles.load("h100-train").profile)
     data.update(name="poisoned", description="x")
     data["nccl"].update(tests=True, tests_sha256="0" * 64)
-    data["python_env"].update(manager="conda", conda_installer_sha256="0" * 64)
+    data["python_envs"][0].update(manager="conda", conda_installer_sha256="0" * 64)
     data["dcgm"]["exporter"]["binary_sha256"] = "0" * 64
     for keys, form in FIELDS.items():
         _set(data, keys, form.format(payload))

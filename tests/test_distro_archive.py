@@ -50,7 +50,7 @@ def test_the_package_names_are_the_roles_own():
     raw = profiles.as_dict(profiles.load("debian12-lab").profile)
     raw.update(os="ubuntu-22.04")
     raw["cuda"].update(toolkits=["11.5"], default="11.5")
-    raw["python_env"].update(python="3.10")
+    raw["python_envs"][0].update(python="3.10")
     raw["driver"].update(secure_boot="prebuilt")
     jammy = Profile.model_validate(raw)
     assert set(distro.wanted(jammy)) == {"nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server",

@@ -82,7 +82,7 @@ def test_every_profile_field_has_a_description_and_a_row_in_the_reference():
     page = (REPO / "docs" / "reference" / "profile.md").read_text()
     for name in Profile.model_fields:
         assert f"| `{name}` |" in page
-    assert "## `python_env.torch`" in page and "## `dcgm.exporter`" in page  # nested sections too
+    assert "## `python_envs.framework`" in page and "## `dcgm.exporter`" in page  # nested sections too
 
 
 def test_every_command_argument_and_option_has_help():

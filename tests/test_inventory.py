@@ -87,7 +87,7 @@ def test_current_training_profiles_render_for_ubuntu_24_04(name: str, tmp_path: 
     group_vars = load_unsafe((out / "group_vars/all/provisioner.yml").read_text())
     assert group_vars["provisioner_os"] == "ubuntu-24.04"
     assert group_vars["nvidia_driver_version"] == "580.159.04" and group_vars["cuda_toolkit_versions"] == ["13.0"]
-    assert group_vars["python_env_torch_index"] == "cu130" and "libcudnn9-cuda-13" in group_vars["cudnn_pins"]
+    assert group_vars["python_env_envs"][0]["framework"]["variant"] == "cu130" and "libcudnn9-cuda-13" in group_vars["cudnn_pins"]
 
 
 def test_render_is_byte_identical_across_runs(tmp_path: Path):
@@ -118,7 +118,7 @@ def test_ansible_inventory_sees_hosts_with_profile_vars(tmp_path: Path):
     assert node["nvidia_driver_version"] == "580.159.04" and node["fabric_manager_version"] == "580.159.04"
     assert node["nccl_pins"] == {"libnccl2": "2.19.3-1+cuda12.2", "libnccl-dev": "2.19.3-1+cuda12.2"}
     assert node["cudnn_pins"]["libcudnn8"] == "8.9.7.29-1+cuda12.2"
-    assert node["python_env_torch_index"] == "cu126"
+    assert node["python_env_envs"][0]["framework"]["requirement"] == "torch==2.11.0+cu126"
     assert node["cuda_toolkit_versions"] == ["12.2"]
     assert node["ansible_python_interpreter"] == "/usr/bin/python3"
     assert load_unsafe((out / "group_vars/all/provisioner.yml").read_text())["provisioner_profile"] == "h100-train"

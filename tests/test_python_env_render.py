@@ -154,7 +154,7 @@ python_envs:
     prefix: /opt/venvs
     owner: root
     framework: {name: jax, version: 0.10.2, variant: cpu}
-    packages: [optax==0.2.5]
+    packages: [numpy==2.1.0]
   - name: tf
     manager: venv
     prefix: /srv/envs
@@ -182,7 +182,7 @@ def test_each_environment_is_rendered_with_its_own_folder_owner_and_framework(tm
     # PyTorch from the wheelhouse (the lab profile's), the others from the pip index and the wheelhouse.
     assert torch.var("python_env_cmd_pip_framework")[-1] == "torch==2.13.0+cpu"
     cmd = jax.var("python_env_cmd_pip_framework")
-    assert cmd[-1] == "jax==0.10.2" and jax.var("python_env_cmd_pip_packages")[-1] == "optax==0.2.5"
+    assert cmd[-1] == "jax==0.10.2" and jax.var("python_env_cmd_pip_packages")[-1] == "numpy==2.1.0"
     assert "--find-links=/opt/provisioner/wheelhouse" in cmd and not any("pytorch" in a for a in cmd)
     assert tf.var("python_env_cmd_pip_framework")[-1] == "tensorflow-cpu==2.21.0"
     assert jax.var("python_env_framework_import") == "; import jax"
@@ -225,3 +225,13 @@ def test_dropped_environments_are_taken_from_the_record_only_as_the_role_makes_t
     assert [d["name"] for d in dropped] == ["jax", "lib"]
     assert dropped[0] == {"name": "jax", "env_dir": "/opt/venvs/jax", "freeze_file": "jax.freeze.txt"}
     assert envs_dropped(records, [{"name": n} for n in records]) == []
+
+
+def test_the_docs_two_environment_profile_validates_and_renders(tmp_path: Path):
+    from provisioner import profiles, render
+
+    text = (REPO / "docs" / "environments.md").read_text()
+    (tmp_path / "p.yml").write_text(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    rendered = render.role_vars(profiles.load(str(tmp_path / "p.yml")))
+    assert [(e["name"], e["framework"]["requirement"]) for e in rendered["python_env_envs"]] == [
+        ("torch", "torch==2.11.0+cu126"), ("jax", "jax[cuda13]==0.10.2")]

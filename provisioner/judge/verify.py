@@ -506,6 +506,83 @@ def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
     else:
         checks.append((passed if count == profile.hardware.gpu.count else failed)(
             "torch gpus", f"torch sees {count} GPU(s), profile expects {profile.hardware.gpu.count}"))
+        model = profile.hardware.gpu.model or ""
+        names = [str(d) for d in info.get("devices") or []]
+        if model and names:
+            odd = [n for n in names if model.upper() not in n.upper()]
+            checks.append((failed if odd else passed)(
+                "torch gpu model", f"{', '.join(sorted(set(odd)))} is not a {model}" if odd else f"{len(names)} x {names[0]}"))
+    return checks + judge_torch_compute(profile, info)
+
+
+# Tolerances of the torch probe's computations: relative error (Frobenius norm) of a 256 x 256
+# product of standard normals against float64. float32 accumulates with a unit roundoff of
+# 2^-24 (errors near 1e-6 at this size; 1e-4 leaves room for other summation orders, and TF32,
+# whose 2^-11 would show near 1e-3, fails it). Under autocast the operands are rounded to
+# float16 (2^-11) or bfloat16 (2^-8) and accumulated in float32, giving about 4e-4 and 3e-3:
+# 1e-2 holds both. float8 e4m3 keeps 3 mantissa bits (2^-4): its scaled product lands near
+# 4e-2, so 1e-1 (an operand quantised wrongly is off by order one).
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float8_e4m3fn": 1e-1}
+
+
+def _within(name: str, result: Any, dtype: str, key: str = "rel_err") -> Check:
+    if not isinstance(result, dict) or result.get("error") or not isinstance(result.get(key), (int, float)):
+        why = result.get("error") if isinstance(result, dict) and result.get("error") else "no result"
+        return failed(name, f"did not run: {str(why)[:200]}")
+    err, tol = float(result[key]), TOLERANCE[dtype]
+    if result.get("dtype", dtype) != dtype:
+        return failed(name, f"computed in {result.get('dtype')}, not {dtype}")
+    return (passed if err <= tol else failed)(name, f"{dtype} relative error {err:.1e} (tolerance {tol:.0e})")
+
+
+def _arch_check(profile: Profile, info: dict[str, Any]) -> Check:
+    """The GPU's compute capability against the wheel's arch list (torch.cuda.get_arch_list():
+    sm_XY cubins, compute_XY PTX), by the rule compat.runs_on applies to the matrix."""
+    cc = str(info.get("capability") or "")
+    arches = [str(a) for a in info.get("arch_list") or []]
+    if not re.fullmatch(r"\d+\.\d+", cc) or not arches:
+        return failed("torch arch", f"not reported (capability {cc or '?'}, arch list {arches or '?'})")
+    def capabilities(kind: str) -> list[str]:  # sm_90a -> 9.0, compute_120 -> 12.0
+        return [f"{m[1]}.{m[2]}" for a in arches if (m := re.fullmatch(kind + r"_(\d+)(\d)a?", a))]
+
+    cubins, ptx = capabilities("sm"), capabilities("compute")
+    ok = compat.runs_on(cc, cubins, max(ptx, key=compat.version) if ptx else None)
+    return (passed if ok else failed)("torch arch", f"sm_{cc.replace('.', '')} {'in' if ok else 'not in'} the wheel's "
+                                                    f"{' '.join(arches)}")
+
+
+def judge_torch_compute(profile: Profile, info: dict[str, Any]) -> list[Check]:
+    """The probe's computations (roles/gpu_verify/files/torch_probe.py): on the CPU always;
+    on the GPU only where CUDA is available; without a GPU nothing GPU-related passes."""
+    if "cpu_matmul" not in info:  # a probe from before issue 30 computed nothing: judged as it was
+        return []
+    checks = [_within("torch matmul cpu", info.get("cpu_matmul"), "float32", key="fp32"),
+              _within("torch autocast cpu", info.get("cpu_autocast_bf16"), "bfloat16")]
+    gpu_checks = ("torch arch", "torch matmul gpu", "torch autocast gpu", "torch gradscaler", "torch fp8")
+    if not info.get("cuda_available"):
+        if profile.expects_gpu:
+            return checks + [failed(name, "not run: CUDA is not available to torch") for name in gpu_checks]
+        return checks + [skipped(name, "no GPU here, none expected") for name in gpu_checks]
+    checks.append(_arch_check(profile, info))
+    checks.append(_within("torch matmul gpu", info.get("gpu_matmul"), "float32", key="fp32"))
+    autocast = info.get("gpu_autocast")
+    if not isinstance(autocast, dict) or autocast.get("error") or not autocast:
+        checks.append(_within("torch autocast gpu", autocast, "float16"))
+    else:
+        checks += [_within(f"torch autocast gpu {dtype}", result, dtype) for dtype, result in sorted(autocast.items())]
+    scaler = info.get("grad_scaler")
+    if not isinstance(scaler, dict) or scaler.get("error"):
+        checks.append(failed("torch gradscaler", f"did not run: {(scaler or {}).get('error', 'no result')}"[:200]))
+    else:
+        ok = scaler.get("finite") is True and scaler.get("weights_moved") is True
+        checks.append((passed if ok else failed)(
+            "torch gradscaler", f"one fp16 step: loss {scaler.get('loss')}, scale {scaler.get('scale')}, "
+                                f"weights {'moved' if scaler.get('weights_moved') else 'did not move'}"))
+    cc = str(info.get("capability") or "0.0")
+    if re.fullmatch(r"\d+\.\d+", cc) and compat.version(cc) >= (8, 9):
+        checks.append(_within("torch fp8", info.get("fp8"), "float8_e4m3fn"))
+    else:
+        checks.append(skipped("torch fp8", f"sm_{cc.replace('.', '')} has no float8 tensor cores (sm_89 and newer)"))
     return checks
 
 

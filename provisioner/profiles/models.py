@@ -228,7 +228,9 @@ class PythonEnv(Strict):
                                                                               "from mirrors.conda_channels")
     packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after the "
                                                                              "framework")
-    framework: Framework | None = Field(None, description="the ML framework and its build (left out: none)")
+    framework: Framework | None = Field(
+        None, description="the ML framework and its build (left out: none). `torch: {version, index, packages}`, "
+                          "the built-in profiles' spelling, is the same as framework pytorch with variant: index")
     # Where the profile gave it (python_env, or python_envs[N]): what errors and the matrix name.
     _where: str = PrivateAttr("python_env")
 
