@@ -56,7 +56,7 @@ def test_h100_train_is_what_the_seed_guidance_asks_for():
     # A supported driver branch (R580 LTS), and a current PyTorch whose wheels carry their own
     # CUDA runtime: cu126 is the oldest index 2.11 publishes; the R580 driver runs it.
     assert p.driver.branch == 580 and p.driver.source == "cuda_repo"
-    assert p.python_envs[0].torch.version.startswith("2.11.") and p.python_envs[0].torch.variant == "cu126"
+    assert p.python_envs[0].pytorch.version.startswith("2.11.") and p.python_envs[0].pytorch.variant == "cu126"
     assert p.python_envs[0].name == "pytorch_env" and p.python_envs[0].python == "3.12"
     # Every artifact it needs is named with its checksum, or comes from a package.
     assert p.python_envs[0].conda_installer.endswith("Miniforge3-26.3.2-3-Linux-x86_64.sh")
@@ -78,7 +78,7 @@ def test_extends_deep_merges_mappings_and_replaces_lists(tmp_path: Path):
     assert p.hardware.gpu.count == 4
     assert p.hardware.gpu.model == "H100 80GB HBM3"  # kept from the parent: mappings merge
     assert p.python_envs[0].packages == ["numpy"]
-    assert p.python_envs[0].torch.variant == "cu126"
+    assert p.python_envs[0].pytorch.variant == "cu126"
     assert p.description == "tweaked"
     assert [f.name for f in loaded.files] == ["mine.yml", "h100-train.yml"]
 

@@ -6,6 +6,7 @@ out of judge(), and every judge function in verify.py must be reached from judge
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -16,7 +17,8 @@ import pytest
 from provisioner import profiles
 from provisioner.judge import captures, verify
 from provisioner.engine import commands as engine_commands
-from tests.conftest import COLLECTION, REPO
+from tests.conftest import COLLECTION, DATA, REPO
+from tests.test_torch_probe import H100 as TORCH_H100
 from tests.test_verify import A100_MIG, V100S_8, A5000_2, B300_8, profile, gpus
 
 CAPTURES = Path(__file__).resolve().parent / "data" / "captures"
@@ -75,6 +77,13 @@ def shapes(fixtures: Path):
             cmd(["python", "-c", "..."], '{"version": "2.1.2+cu121", "cuda_available": false}'), ran=True))),
         "torch-garbage": (profiles.load("h100-train").profile, probe_shape(None, torch=dict(
             cmd(["python", "-c", "..."], "Segmentation fault"), ran=True))),
+        # The torch probe's real CPU output (tests/data/torch_probe), and a hand-made GPU one
+        # (tests/test_torch_probe.py H100, labelled there).
+        "torch-cpu-real": (profiles.load("debian12-lab").profile, probe_shape(None, torch=dict(
+            cmd(["python", "-c", "..."], json.dumps(json.loads((DATA / "torch_probe" / "cpu__torch-2.13.0+cpu.json")
+                                                               .read_text())["output"])), ran=True))),
+        "torch-gpu-hand-made": (profiles.load("h100-train").profile, probe_shape(None, torch=dict(
+            cmd(["python", "-c", "..."], json.dumps(TORCH_H100)), ran=True))),
     }
 
 

@@ -71,7 +71,7 @@ def _ddp(report, target, inventory_dir, run_dir, hosts, forks, hook, become) -> 
     profile = target.loaded.profile
     if not hosts:
         return
-    if not any(env.torch for env in profile.python_envs):
+    if not any(env.pytorch for env in profile.python_envs):
         for name in hosts:
             _host(report, name).checks.append(skipped("ddp", "the profile installs no PyTorch (python_envs[].framework)"))
         return

@@ -474,7 +474,7 @@ def judge_diag(results: list[dcgm.DiagResult]) -> list[Check]:
 def probed_env(profile: Profile) -> PythonEnv | None:
     """The environment the torch probe runs in: the first with PyTorch (the python_env role
     records its Python for gpu_verify)."""
-    return next((env for env in profile.python_envs if env.torch), None)
+    return next((env for env in profile.python_envs if env.pytorch), None)
 
 
 def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
@@ -491,7 +491,7 @@ def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
         info = json.loads(lines[-1])
     except ValueError:
         raise nvidia_smi.Unreadable("torch probe reader", lines[-1], "not the JSON line the probe prints") from None
-    wanted = env.torch.version if env is not None and env.torch else None
+    wanted = env.pytorch.version if env is not None and env.pytorch else None
     checks = []
     if wanted:
         have = str(info.get("version", ""))

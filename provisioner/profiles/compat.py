@@ -101,12 +101,12 @@ def torch_index(profile: Profile, env: PythonEnv | None = None) -> str | None:
     """The wheel flavour a PyTorch environment uses (`env`, else the profile's first): the
     profile's, or the newest index published for that torch release whose CUDA is not newer
     than the default toolkit."""
-    env = env if env is not None else next((e for e in profile.python_envs if e.torch), None)
-    if env is None or env.torch is None:
+    env = env if env is not None else next((e for e in profile.python_envs if e.pytorch), None)
+    if env is None or env.pytorch is None:
         return None
-    if env.torch.variant:
-        return env.torch.variant
-    release = matrix()["torch"].get(torch_series(env.torch.version))
+    if env.pytorch.variant:
+        return env.pytorch.variant
+    release = matrix()["torch"].get(torch_series(env.pytorch.version))
     if release is None:
         return None
     toolkit = version(profile.cuda.default)
@@ -303,14 +303,14 @@ def libraries(p: Profile) -> Iterator[Problem]:
 @rule
 def pytorch(p: Profile) -> Iterator[Problem]:
     for env in p.python_envs:
-        if env.torch is not None:
+        if env.pytorch is not None:
             yield from _pytorch(p, env)
 
 
 def _pytorch(p: Profile, env: PythonEnv) -> Iterator[Problem]:
     at = env.where
     releases = matrix()["torch"]
-    series = torch_series(env.torch.version)
+    series = torch_series(env.pytorch.version)
     release = releases.get(series)
     if release is None:
         yield Problem("torch-known", f"{at}.framework.version", f"PyTorch {series} is not in the matrix",
@@ -373,13 +373,13 @@ def runs_on(cc: str, arches: list[str], ptx: str | None) -> bool:
 @rule
 def torch_arch(p: Profile) -> Iterator[Problem]:
     for env in p.python_envs:
-        if p.expects_gpu and env.torch:
+        if p.expects_gpu and env.pytorch:
             yield from _torch_arch(p, env)
 
 
 def _torch_arch(p: Profile, env: PythonEnv) -> Iterator[Problem]:
     cc, index = compute_capability(p), torch_index(p, env)
-    series = torch_series(env.torch.version)
+    series = torch_series(env.pytorch.version)
     if cc is None or index in (None, "cpu"):
         return
     built = wheel_arches(series, index)

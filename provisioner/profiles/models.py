@@ -228,27 +228,24 @@ class PythonEnv(Strict):
                                                                               "from mirrors.conda_channels")
     packages: list[PipRequirement] = Field(default_factory=list, description="pip packages installed after the "
                                                                              "framework")
-    framework: Framework | None = Field(
-        None, description="the ML framework and its build (left out: none). `torch: {version, index, packages}`, "
-                          "the built-in profiles' spelling, is the same as framework pytorch with variant: index")
+    framework: Framework | None = Field(None, description="the ML framework and its build (left out: none)")
+    torch: Torch | None = Field(
+        None, exclude=True, description="the older spelling of framework pytorch (the built-in profiles'): read as "
+                                        "framework {name: pytorch, version, variant: index, packages}")
     # Where the profile gave it (python_env, or python_envs[N]): what errors and the matrix name.
     _where: str = PrivateAttr("python_env")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _torch_is_framework_pytorch(cls, data):
-        # `torch:` is the form profiles used before `framework`: one name downstream.
-        if isinstance(data, dict) and "torch" in data:
-            data = dict(data)
-            given = data.pop("torch")
-            if given is None:  # `torch: null` (an extending profile turning PyTorch off)
-                return data
-            if data.get("framework") is not None:
-                raise ValueError("give framework or torch (its older form), not both")
-            torch = Torch.model_validate(given)
-            data["framework"] = {"name": "pytorch", "version": torch.version, "variant": torch.index,
-                                 "packages": torch.packages}
-        return data
+    @model_validator(mode="after")
+    def _torch_is_framework_pytorch(self) -> PythonEnv:
+        # One name downstream: `torch` is read into `framework` and gone after this.
+        if self.torch is not None:
+            if self.framework is not None:
+                raise ValueError("give framework or torch (its older spelling), not both (extending a profile that "
+                                 "gives torch, set torch: null)")
+            self.framework = Framework(name="pytorch", version=self.torch.version, variant=self.torch.index,
+                                       packages=self.torch.packages)
+            self.torch = None
+        return self
 
     @model_validator(mode="after")
     def _conda_needs_its_installer(self) -> PythonEnv:
@@ -269,7 +266,7 @@ class PythonEnv(Strict):
         return f"{self.prefix}/envs/{self.name}" if self.manager == "conda" else f"{self.prefix}/{self.name}"
 
     @property
-    def torch(self) -> Framework | None:
+    def pytorch(self) -> Framework | None:
         """The framework when it is PyTorch (what DDP and the torch probe need)."""
         return self.framework if self.framework and self.framework.name == "pytorch" else None
 
