@@ -99,3 +99,36 @@ def test_nvidia_ctk_cdi_list():
     names = read.cdi_list(capture("nvidia-ctk-cdi-list__4x-t4-emulated__toolkit-1.17.8__docker-archive.txt"))
     assert names[:4] == [f"nvidia.com/gpu={i}" for i in range(4)] and names[-1] == "nvidia.com/gpu=all"
     assert len(names) == 9
+
+
+# ------------------------------------------------------------------ provision judge, offline
+
+@pytest.fixture(scope="module")
+def profile():
+    from provisioner import profiles
+
+    loaded = profiles.load("h100-train").profile
+    return loaded.model_copy(update={"driver": loaded.driver.model_copy(update={"version": "575.57.08"}),
+                                     "hardware": loaded.hardware.model_copy(update={
+                                         "gpu": loaded.hardware.gpu.model_copy(update={"count": 4})})})
+
+
+@pytest.mark.parametrize("name, form, verdicts", [
+    ("docker-info__toolkit-1.17.8__docker-28.2.0__docker-archive.txt", "docker info", {"docker nvidia runtime": "pass"}),
+    ("docker-info-grep-runtime__nvidia-lost__nvidia-container-toolkit-issue-653.txt", "docker info",
+     {"docker nvidia runtime": "fail"}),
+    ("nvidia-container-cli-info__4x-t4-emulated__575.57.08__docker-archive.txt", "nvidia-container-cli info",
+     {"nvidia-container-cli driver": "pass", "nvidia-container-cli devices": "pass"}),
+    ("nvidia-container-cli-k-d-info__geforce-920m__384.130__nvidia-docker-issue-895.txt", "nvidia-container-cli info",
+     {"nvidia-container-cli driver": "fail", "nvidia-container-cli devices": "fail"}),
+    ("cdi-spec__nvidia-ctk-generate-test-default__999.88.77__nvidia-container-toolkit.yaml", "CDI spec",
+     {"CDI spec driver": "fail", "CDI spec devices": "fail"}),
+    ("nvidia-ctk-cdi-list__4x-t4-emulated__toolkit-1.17.8__docker-archive.txt", "nvidia-ctk cdi list",
+     {"CDI spec devices": "pass"}),
+])
+def test_provision_judge_reads_each_form(profile, name, form, verdicts):
+    from provisioner.judge import captures
+
+    judged = captures.judge_text(profile, capture(name), name)
+    assert judged.form == form and not judged.unreadable, judged
+    assert statuses(judged.checks) == verdicts, judged.checks

@@ -50,6 +50,14 @@ def cdi_spec(spec: CdiSpec, driver: str | None, gpus: int | None) -> list[Check]
     return checks
 
 
+def cdi_names(names: list[str], gpus: int | None) -> list[Check]:
+    """`nvidia-ctk cdi list`: a device per GPU (by index) and `all`; no driver version to compare."""
+    kinds = sorted({n.split("=", 1)[0] for n in names})
+    devices = [n.split("=", 1)[1] for n in names]
+    return [c for c in cdi_spec(CdiSpec(", ".join(kinds) or None, None, devices, None), None, gpus)
+            if c.name != "CDI spec driver"]
+
+
 def container_cli(info: CliInfo, driver: str | None, gpus: int | None) -> list[Check]:
     """nvidia-container-cli sees the driver and the GPUs nvidia-smi sees."""
     if info.driver is None and not info.devices:
