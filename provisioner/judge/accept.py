@@ -5,7 +5,10 @@ a warning (a skip), never a failure, so nothing is failed or drained on a guess.
 
 from __future__ import annotations
 
+import json
+
 from provisioner.parsers import nvbandwidth
+from provisioner.parsers.nvidia_smi import Unreadable
 from provisioner.profiles import skus
 from provisioner.profiles.models import Profile
 from provisioner.verdicts.checks import Check, failed, passed, skipped
@@ -56,3 +59,38 @@ def judge_nvbandwidth(profile: Profile, cases: list[nvbandwidth.Testcase], gpu_n
         checks.append(judge_measure(profile, gpu, profile.hardware.gpu.count, measure, cells,
                                     f" (nvbandwidth {case.name})"))
     return checks
+
+
+CPU_NOTE = "measured on the CPU (a host without a GPU): not judged against a GPU"
+
+
+def judge_capture(profile: Profile, text: str) -> list[Check]:
+    """The measurements scripts/gpu-machine-check (and the lab's CPU versions) write:
+    {"provision_accept": 1, "device": "gpu"|"cpu", "gpu": name, "gpus": n,
+     "measurements": {measure: {label: value}}}. Untrusted: every field is checked."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise Unreadable("accept measurements reader", text[:200], f"not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("provision_accept") != 1:
+        raise Unreadable("accept measurements reader", text[:200], "not version 1 of provision_accept")
+    measurements = data.get("measurements")
+    device, gpu, gpus = data.get("device"), data.get("gpu") or "", data.get("gpus")
+    if (device not in ("gpu", "cpu") or not isinstance(measurements, dict) or not isinstance(gpu, str)
+            or not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= 1024):
+        raise Unreadable("accept measurements reader", text[:200], "device, gpu, gpus or measurements malformed")
+    checks = []
+    for measure, values in sorted(measurements.items()):
+        if measure not in skus.MEASURES or not isinstance(values, dict) or not all(
+                isinstance(k, str) and len(k) <= 80 and isinstance(v, (int, float)) and not isinstance(v, bool)
+                and 0 <= v < 1e9 for k, v in values.items()):
+            raise Unreadable("accept measurements reader", str(measure)[:80],
+                             f"not a measurement ({', '.join(skus.MEASURES)}) with numeric values per label")
+        clean = {k: float(v) for k, v in values.items()}
+        if device == "cpu":
+            what, unit, _ = skus.MEASURES[measure]
+            low = min(clean.values(), default=0.0)
+            checks.append(skipped(f"accept {measure}", f"{what}: {low:g} {unit}; {CPU_NOTE}"))
+        else:
+            checks.append(judge_measure(profile, gpu, gpus, measure, clean))
+    return checks or [failed("accept", "the capture carries no measurement")]
