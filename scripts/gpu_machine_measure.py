@@ -34,7 +34,7 @@ def gemm(device: str, sync, size: int) -> dict[str, float]:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         a = torch.randn(size, size, device=device, dtype=dtype)
         b = torch.randn(size, size, device=device, dtype=dtype)
-        seconds = timed(lambda: a @ b, 10, sync)
+        seconds = timed(lambda a=a, b=b: a @ b, 10, sync)
         found[name] = 2 * size**3 / seconds / 1e12
     torch.backends.cuda.matmul.allow_tf32 = False
     if device != "cpu" and torch.cuda.get_device_capability(device) >= (8, 9) and hasattr(torch, "_scaled_mm"):
@@ -126,7 +126,7 @@ def main(path: str) -> int:
             if i != j:
                 src = torch.empty(1 << 30, dtype=torch.uint8, device=f"cuda:{i}")
                 dst = torch.empty_like(src, device=f"cuda:{j}")
-                seconds = timed(lambda: dst.copy_(src), 10, torch.cuda.synchronize)
+                seconds = timed(lambda dst=dst, src=src: dst.copy_(src), 10, torch.cuda.synchronize)
                 put("d2d_gbps", f"GPU {i} -> GPU {j}", src.numel() / seconds / 1e9)
     out["allreduce_one_rank"] = allreduce_one_rank(devices[0])
     out["reference_workload_samples_per_s"] = round(workload(devices[0], (lambda: torch.cuda.synchronize())
