@@ -126,7 +126,8 @@ def main(path: str) -> int:
             if i != j:
                 src = torch.empty(1 << 30, dtype=torch.uint8, device=f"cuda:{i}")
                 dst = torch.empty_like(src, device=f"cuda:{j}")
-                seconds = timed(lambda dst=dst, src=src: dst.copy_(src), 10, torch.cuda.synchronize)
+                seconds = timed(lambda dst=dst, src=src: dst.copy_(src), 10,
+                                lambda i=i, j=j: (torch.cuda.synchronize(i), torch.cuda.synchronize(j)))
                 put("d2d_gbps", f"GPU {i} -> GPU {j}", src.numel() / seconds / 1e9)
     out["allreduce_one_rank"] = allreduce_one_rank(devices[0])
     out["reference_workload_samples_per_s"] = round(workload(devices[0], (lambda: torch.cuda.synchronize())
