@@ -8,16 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import yamlfile
-from provisioner.judge import containers, verify
+from provisioner.judge import accept, containers, verify
 from provisioner.verdicts.checks import Check, failed
 from provisioner.profiles.models import Profile
 from provisioner.parsers import containers as container_parsers
-from provisioner.parsers import dcgm, kernel_log, nccl_tests, nvidia_smi
+from provisioner.parsers import dcgm, kernel_log, nccl_tests, nvbandwidth, nvidia_smi
 
 FORMS = ("nvidia-smi xml", "nvidia-smi csv", "nvidia-smi processes csv", "nvidia-smi table", "nvidia-smi -q",
          "nvidia-smi -L", "nvidia-smi --version", "nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi error",
          "nccl-tests log", "dcgmi diag", "dcgmi discovery", "dcgm-exporter scrape", "kernel log", "nvcc --version",
-         "docker info", "nvidia-container-cli info", "CDI spec", "nvidia-ctk cdi list")
+         "docker info", "nvidia-container-cli info", "CDI spec", "nvidia-ctk cdi list", "nvbandwidth",
+         "accept measurements")
 
 
 @dataclass
@@ -49,6 +50,10 @@ def detect(text: str) -> str | None:
         return "nvidia-smi error"
     if re.search(r"^# nThread \d+|^#\s+out-of-place\s+in-place|Avg bus bandwidth", text, re.M):
         return "nccl-tests log"
+    if re.search(r"^Running \w+\.\s*\n\s*memcpy .*bandwidth \(GB/s\)", text, re.M):
+        return "nvbandwidth"
+    if head.startswith("{") and '"provision_accept"' in head:
+        return "accept measurements"
     if re.search(r"^DCGM_FI_\w+\{", text, re.M):
         return "dcgm-exporter scrape"
     if re.search(r"\|\s*Diagnostic\s*\|\s*Result", text):
@@ -131,6 +136,13 @@ def _judge(profile: Profile, form: str, text: str) -> list[Check]:
         return verify.judge_exporter(profile, dcgm.read_metrics(text))
     if form == "kernel log":
         return verify.judge_xid(profile, kernel_log.read_xids(text), None)
+    if form == "nvbandwidth":
+        try:
+            return accept.judge_nvbandwidth(profile, nvbandwidth.read(text))
+        except nvbandwidth.NvbandwidthError as exc:
+            raise nvidia_smi.Unreadable("nvbandwidth reader", text[:200], str(exc)) from None
+    if form == "accept measurements":
+        return accept.judge_capture(profile, text)
     if form == "nvcc --version":
         return verify.judge_cuda_toolkit(profile, {"rc": 0, "stdout": text})
     return _judge_containers(profile, form, text)

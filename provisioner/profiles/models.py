@@ -291,6 +291,26 @@ class Mirrors(Strict):
                                           "root on the controller")
 
 
+class AcceptFloors(Strict):
+    """Floors the profile sets for acceptance measurements; each wins over the cited floors in
+    data/gpu_skus.yml. Left out: the cited floor, or none (the figure is reported as uncalibrated,
+    never failed). The one-node all-reduce floor is verify.nccl_min_busbw_gbps."""
+    gemm_fp32_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM fp32 floor per GPU, TFLOPS")
+    gemm_tf32_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM tf32 floor per GPU, TFLOPS")
+    gemm_fp16_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM fp16 floor per GPU, TFLOPS")
+    gemm_bf16_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM bf16 floor per GPU, TFLOPS")
+    gemm_fp8_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM fp8 floor per GPU, TFLOPS")
+    memory_gbps: float | None = Field(None, gt=0, le=100000, description="device memory bandwidth floor per GPU, GB/s")
+    h2d_gbps: float | None = Field(None, gt=0, le=100000, description="host-to-device copy floor per GPU, GB/s")
+    d2h_gbps: float | None = Field(None, gt=0, le=100000, description="device-to-host copy floor per GPU, GB/s")
+    d2d_gbps: float | None = Field(None, gt=0, le=100000, description="GPU-to-GPU copy floor per pair, GB/s")
+
+
+class Accept(Strict):
+    """Acceptance: measured throughput judged against floors (docs/acceptance.md)."""
+    floors: AcceptFloors = Field(default_factory=AcceptFloors, description="the profile's own floors per measurement")
+
+
 class Verify(Strict):
     nccl_min_busbw_gbps: float | None = Field(
         None, ge=0, le=10000, description="all_reduce_perf bus bandwidth floor at the largest message size, GB/s")
@@ -387,6 +407,7 @@ class Profile(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors, description="where packages come from: only mirrored and "
                                                                   "air-gapped sites set these")
     verify: Verify = Field(default_factory=Verify, description="what verify demands beyond the hardware section")
+    accept: Accept = Field(default_factory=Accept, description="acceptance floors: what a measurement must reach")
     reboot: Reboot = Field(default_factory=Reboot, description="whether the plays may reboot hosts")
     network: Network = Field(default_factory=Network, description="what verify --network and --ddp measure")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="the node's own timer and "
