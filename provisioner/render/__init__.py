@@ -191,6 +191,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "dcgm_exporter_run_as": exporter.run_as,
         "dcgm_exporter_dcgm_pins": pins.get("dcgm", {}),
         "dcgm_exporter_package_pins": pins.get("dcgm_exporter", {}),
+        # What up's survey reads back of each package (installed version, hold): `provision plan`.
+        "gpu_verify_packages": sorted({n for component in pins.values() for n in component} | set(distro.packages(p))),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
         "gpu_verify_infiniband": p.hardware.infiniband,
