@@ -32,8 +32,9 @@ SERVICES: tuple[tuple[Kind, str, tuple[str, ...]], ...] = (
     ("dcgm", "nvidia-dcgm.service", ("nv-hostengine",)),
     ("dcgm_exporter", "dcgm-exporter.service", ("dcgm-exporter",)),
 )
-# Units that are the same service under another name (DCGM's package ships both names).
-UNIT_ALIASES = {"dcgm.service": "dcgm"}
+# DCGM's host engine under the other unit name NVIDIA's packages have used (the driver role's
+# nvidia_driver_gpu_holder_units lists both).
+UNIT_ALIASES = {"nv-hostengine.service": "dcgm"}
 # The provisioner's own daemons, which only keep the driver initialised or read it: stopping
 # them for the swap and starting them after is what a reboot would do to them anyway.
 STOPPABLE: frozenset[str] = frozenset({"persistenced", "dcgm", "dcgm_exporter"})

@@ -171,8 +171,10 @@ def _disruption(plan: HostPlan, profile: Profile, probe: dict, reported: dict, r
     if restarts or removed or any(d.startswith("unit ") for d in plan.drift):
         plan.disruption = "service restart"
         why = [f"{c} packages change" for c in restarts]
-        if "driver" in restarts and container:
-            why[restarts.index("driver")] += f" (a {container} container: no kernel module is loaded or swapped)"
+        if "driver" in restarts:  # roles/nvidia_driver stops these while the driver's packages move
+            why[restarts.index("driver")] += (" (persistenced, fabric manager, DCGM and the exporter stop while they move"
+                                              + (f"; a {container} container: no kernel module is loaded or swapped)"
+                                                 if container else ")"))
         why += [item for item, _ in removed] + [d for d in plan.drift if d.startswith("unit ")]
         plan.disruption_why = "; ".join(why)
     elif plan.changes or plan.drift:
