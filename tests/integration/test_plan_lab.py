@@ -33,7 +33,9 @@ pytestmark = pytest.mark.lab
 if os.geteuid() != 0 or shutil.which("podman") is None:
     pytest.skip("lab hosts need root and podman (scripts/setup-dev-host)", allow_module_level=True)
 
-PROVISION = str(Path(sys.executable).parent / "provision")
+# The checkout's own CLI (python -m, from the repository root), whichever package is installed.
+PROVISION = [sys.executable, "-m", "provisioner.cli"]
+REPO = Path(__file__).resolve().parents[2]
 OLDER = "535.261.03"  # Debian 12 bookworm's nvidia-driver 535.261.03-1 (profiles/debian12-lab.yml)
 
 
@@ -44,8 +46,8 @@ def lab(tmp_path_factory):
 
 
 def _provision(command: str, profile: str | Path, inventory: Path, runs: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([PROVISION, command, "--profile", str(profile), str(inventory), "--runs-dir", str(runs),
-                           "--json"], capture_output=True, text=True, timeout=1800,
+    return subprocess.run([*PROVISION, command, "--profile", str(profile), str(inventory), "--runs-dir", str(runs),
+                           "--json"], capture_output=True, text=True, timeout=1800, cwd=REPO,
                           env={**os.environ, "COLUMNS": "200"})
 
 
