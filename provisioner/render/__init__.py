@@ -73,6 +73,7 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
     "gpu_verify_infiniband": "hardware.infiniband",
+    "gpu_verify_packages": "(every package the profile's versions pin: driver, cuda, libraries, dcgm)",
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
     "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
@@ -191,6 +192,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "dcgm_exporter_run_as": exporter.run_as,
         "dcgm_exporter_dcgm_pins": pins.get("dcgm", {}),
         "dcgm_exporter_package_pins": pins.get("dcgm_exporter", {}),
+        # What up's survey reads back of each package (installed version, hold): `provision plan`.
+        "gpu_verify_packages": sorted({n for component in pins.values() for n in component} | set(distro.packages(p))),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
         "gpu_verify_infiniband": p.hardware.infiniband,

@@ -78,6 +78,14 @@ options:
     type: str
     default: ""
     description: The profile's sha256 (with this host's overrides) the host should have recorded (with preflight).
+  packages:
+    type: list
+    elements: str
+    default: []
+    description: >-
+      With preflight, the packages whose installed version and hold to return as
+      C(provisioner_packages) (the profile's packages: what `provision plan` compares with the
+      versions it would install).
 """
 
 EXAMPLES = r"""
@@ -91,6 +99,7 @@ EXAMPLES = r"""
   gpu_provisioner.node.gpu_probe:
     preflight: true
     state_path: /etc/ansible/facts.d/provisioner.fact
+    packages: [nvidia-driver, nvidia-kernel-dkms]
   register: survey
 """
 
@@ -111,6 +120,15 @@ provisioner_preflight:
 provisioner_state:
   description: With preflight, the host compared with its record, and its kernels (see provisioner_state).
   type: dict
+provisioner_packages:
+  description: With preflight, each of C(packages) -> {version, hold}, or null where it is not installed.
+  type: dict
+provisioner_holders:
+  description: >-
+    With preflight, what holds the NVIDIA device files (module_utils/holders.py): devices,
+    fuser -v's table, nvidia-smi's compute applications, each holder's cgroup, the NVIDIA
+    modules' reference counts. The controller reads it (provisioner/judge/holders.py).
+  type: dict
 """
 
 import glob
@@ -122,10 +140,10 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
-from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare, read_state
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -247,6 +265,7 @@ def main():
             "state_path": {"type": "path", "default": "/etc/ansible/facts.d/provisioner.fact"},
             "expect_profile": {"type": "str", "default": ""},
             "expect_sha256": {"type": "str", "default": ""},
+            "packages": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -298,7 +317,10 @@ def main():
     if p["preflight"]:
         # The same reading provisioner_state's compare gives preflight and check.
         state = dict(compare(p["state_path"]), kernels=result["kernels"])
-        extra = {"provisioner_preflight": collect(), "provisioner_state": state}
+        # What `provision plan` compares with what up would install, and what holds the GPUs.
+        extra = {"provisioner_preflight": collect(), "provisioner_state": state,
+                 "provisioner_packages": read_state({"held_packages": p["packages"]})["held_packages"],
+                 "provisioner_holders": holders.collect(timeout)}
         # Only steers whether the role runs its long probes now; the controller decides
         # (provisioner/engine/drift.py in_recorded_state) which hosts are converged.
         result["in_recorded_state"] = bool(
