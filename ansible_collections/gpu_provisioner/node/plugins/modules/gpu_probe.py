@@ -39,12 +39,15 @@ options:
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
+    description: "Where the roles' local facts are read from."
   fabric_manager_unit:
     type: str
     default: nvidia-fabricmanager.service
+    description: "The fabric manager's systemd unit, whose state is read."
   exporter_unit:
     type: str
     default: dcgm-exporter.service
+    description: "dcgm-exporter's systemd unit, whose state is read."
   nccl_candidates:
     type: list
     elements: str

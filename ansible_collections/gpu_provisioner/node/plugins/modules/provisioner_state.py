@@ -33,9 +33,11 @@ options:
     type: str
     choices: [record, compare, snapshot, retire]
     required: true
+    description: "record, compare, snapshot or retire (see the description)."
   path:
     type: path
     default: /etc/ansible/facts.d/provisioner.fact
+    description: "The state record's file."
   profile:
     type: str
     description: Profile name (record).
