@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.profiles import compat, distro, packages, skus
+from provisioner.profiles import compat, distro, mig, packages, skus
 from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
@@ -77,6 +77,7 @@ PROFILE_FIELD: dict[str, str] = {
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
     "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
+    "mig_layout": "mig.layout", "mig_reconfigure_in_use": "mig.reconfigure_in_use",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
     "state_timer_node_exporter_listen_address": "monitoring.node_exporter.listen_address",
     "state_timer_node_exporter_port": "monitoring.node_exporter.port",
@@ -107,6 +108,17 @@ def _state_timer(p: Profile) -> dict[str, Any]:
         # The same threshold verify judges by: the profile's, else the SKU's (data/gpu_skus.yml).
         "state_timer_ecc_uncorrectable_max": skus.thresholds(p, "").ecc_uncorrectable_max,
     }
+
+
+def mig_layout(p: Profile) -> dict[str, list[str]]:
+    """mig.layout per GPU index ("all" spread over hardware.gpu.count), each GPU's instances in
+    the order they are created (largest first, as the placement check fitted them)."""
+    layout = p.mig.layout
+    if not layout:
+        return {}
+    model = mig.model_for(p.hardware.gpu.model or "")
+    per_gpu = {i: layout["all"] for i in range(p.hardware.gpu.count)} if "all" in layout else layout
+    return {str(i): mig.creation_order(model, names) for i, names in sorted(per_gpu.items())}
 
 
 def _infiniband(p: Profile) -> dict[str, Any]:
@@ -173,6 +185,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "nvidia_driver_secure_boot": p.driver.secure_boot,
         "fabric_manager_enabled": bool(p.fabric_manager.enabled),
         "fabric_manager_version": p.fabric_manager.version or p.driver.version,
+        "mig_layout": mig_layout(p),
+        "mig_reconfigure_in_use": p.mig.reconfigure_in_use,
         "fabric_manager_nvlink5": compat.nvlink5(p),
         "cuda_toolkit_enabled": p.cuda.enabled,
         "cuda_toolkit_source": p.cuda.source,
