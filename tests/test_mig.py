@@ -32,8 +32,8 @@ def test_the_placement_data_is_what_nvidia_smi_lists():
 
 def test_the_h200_profile_ids_and_counts_are_what_nvidia_smi_lists():
     rows = re.findall(r"MIG (\S+)\s+(\d+)\s+(\d+)/(\d+)", (MIG / "nvidia-smi-mig-lgip__h200__mig-parted-issue-120.txt").read_text())
-    assert rows and {name: (int(pid), int(total)) for name, pid, _free, total in rows} == \
-        {n: v for n, v in H200.profiles.items() if n in dict((r[0], 0) for r in rows)}
+    listed = {name: (int(pid), int(total)) for name, pid, _free, total in rows}
+    assert len(listed) == 6 and all(H200.profiles[name] == v for name, v in listed.items())
 
 
 def test_real_layouts_fit_and_their_real_placements_are_allowed():
@@ -194,3 +194,45 @@ def test_check_mode_plans_and_runs_nothing_that_changes():
     result = mig_layout.apply({0: ["7g.141gb"]}, [], check=True, run=host)
     assert result["changed"] and result["planned"][0]["kind"] == "enable"
     assert all(a[1:] in (["-q", "-x"], ["mig", "-lgi"]) for a in host.ran)
+
+
+# --- verify and check: the layout a host reports against the profile -------------------------
+
+def _profile(layout: dict, model: str = "A100-SXM4-80GB", count: int = 1):
+    from provisioner.profiles.models import Profile
+    from provisioner import profiles
+
+    data = profiles.load("a100-train").profile.model_dump()
+    data["hardware"]["gpu"].update(model=model, count=count, mig=True)
+    data.update(name="mig-test", mig={"layout": layout})
+    return Profile.model_validate(data)
+
+
+def test_verify_passes_the_captured_layout_and_fails_another():
+    from provisioner.judge import mig as judge
+
+    now = {str(k): v for k, v in _captured().items()}          # JSON keys, as the probe sends them
+    for i in now["0"]["instances"]:
+        i["has_ci"] = True
+    [ok] = judge.judge(_profile({"all": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}), now)
+    assert ok.status == "pass"
+    [bad] = judge.judge(_profile({"all": ["7g.80gb"]}), now)
+    assert bad.status == "fail" and "instances 1g.10gb x2, 2g.20gb, 3g.40gb; the profile: 7g.80gb" in bad.detail
+
+
+def test_check_finds_a_changed_layout_and_mig_off_after_a_reboot_as_drift():
+    from provisioner.engine import drift
+
+    profile = _profile({"all": ["7g.80gb"]})
+    assert drift.mig_drift({"mig": {str(k): v for k, v in _captured().items()}}, profile) == [
+        ("MIG layout GPU 0", "instances 1g.10gb x2, 2g.20gb, 3g.40gb; the profile: 7g.80gb")]
+    off = {"0": dict(_off(False)[0], name="NVIDIA A100-SXM4-80GB")}   # hand-made, as _off
+    assert drift.mig_drift({"mig": off}, profile) == [("MIG layout GPU 0", "MIG mode is off; the profile: 7g.80gb")]
+    assert drift.mig_drift({"mig": "nvidia-smi -q -x failed (rc 9)"}, profile)[0][1].startswith("could not be read")
+    assert drift.mig_drift({}, _profile({})) == []   # no layout declared: nothing to compare
+
+
+def test_the_probe_state_of_a_host_without_mig_instances_reads_as_none():
+    # MIG on but no instances (after a reboot): -lgi exits non-zero, the state has no instances
+    now = mig_layout.state(XML, "")
+    assert now[0]["current"] is True and now[0]["instances"] == []

@@ -116,7 +116,8 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
             state = result.reported.get("provisioner_state") or {}
             host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target, name))
             host.checks.extend(kernels_mod.judge_modules(profile, state.get("kernels")))
-            for item, detail in drift.state_drift(state) + drift.components_off(state, variables):
+            for item, detail in (drift.state_drift(state) + drift.components_off(state, variables)
+                                 + drift.mig_drift(state, profile)):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
             if host.changed_tasks:

@@ -89,3 +89,13 @@ def creation_order(model: MigModel, names: list[str]) -> list[str]:
     """The instances largest first (the order `fit` placed them in), for `nvidia-smi mig -cgi`: a small
     instance created first could take the slices a large one needs."""
     return [name for name, _ in fit(model, names) or []]
+
+
+def per_gpu(layout: dict, gpu_count: int, gpu_model: str) -> dict[int, list[str]]:
+    """mig.layout per GPU index (`all` spread over every GPU), each GPU's instances in creation
+    order; {} when the profile declares none."""
+    if not layout:
+        return {}
+    model = model_for(gpu_model)
+    spread = dict.fromkeys(range(gpu_count), layout["all"]) if "all" in layout else layout
+    return {int(i): creation_order(model, names) if model else list(names) for i, names in sorted(spread.items())}

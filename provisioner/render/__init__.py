@@ -110,17 +110,6 @@ def _state_timer(p: Profile) -> dict[str, Any]:
     }
 
 
-def mig_layout(p: Profile) -> dict[str, list[str]]:
-    """mig.layout per GPU index ("all" spread over hardware.gpu.count), each GPU's instances in
-    the order they are created (largest first, as the placement check fitted them)."""
-    layout = p.mig.layout
-    if not layout:
-        return {}
-    model = mig.model_for(p.hardware.gpu.model or "")
-    per_gpu = {i: layout["all"] for i in range(p.hardware.gpu.count)} if "all" in layout else layout
-    return {str(i): mig.creation_order(model, names) for i, names in sorted(per_gpu.items())}
-
-
 def _infiniband(p: Profile) -> dict[str, Any]:
     """The InfiniBand stack (role network) and the GPUDirect RDMA path compat.gpudirect chose."""
     direct = compat.gpudirect(p)
@@ -185,7 +174,9 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "nvidia_driver_secure_boot": p.driver.secure_boot,
         "fabric_manager_enabled": bool(p.fabric_manager.enabled),
         "fabric_manager_version": p.fabric_manager.version or p.driver.version,
-        "mig_layout": mig_layout(p),
+        # per GPU index, largest instance first (the order the placement check fitted them in)
+        "mig_layout": {str(i): names for i, names in
+                       mig.per_gpu(p.mig.layout, p.hardware.gpu.count, p.hardware.gpu.model or "").items()},
         "mig_reconfigure_in_use": p.mig.reconfigure_in_use,
         "fabric_manager_nvlink5": compat.nvlink5(p),
         "cuda_toolkit_enabled": p.cuda.enabled,
