@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from provisioner import profiles, render
 
 from .conftest import COLLECTION, ROLES
+from .ansibleplay import LOCAL, play
 from .rolerender import RoleRender
 
 
@@ -105,3 +107,17 @@ def test_the_boot_path_creates_the_lost_instances(tmp_path: Path):
     assert [c for c in calls if "-cgi" in c] == ["mig -i 0 -cgi 3g.71gb,3g.71gb -C"] and "-i 0 -mig 1" not in calls
     assert done.returncode == 0, done.stdout + done.stderr
     assert [s["kind"] for s in json.loads(done.stdout)["done"]] == ["create"]
+
+
+@pytest.mark.ansible
+def test_the_role_on_a_host_without_a_gpu_says_so_and_applies_nothing(tmp_path: Path):
+    """This machine has no GPU (and no nvidia-smi), as the lab's hosts: the role runs for real."""
+    vars_ = {"mig_layout": {"0": ["7g.141gb"]}, "mig_install_dir": str(tmp_path / "lib"),
+             "mig_config_dir": str(tmp_path / "etc")}
+    run = play(tmp_path, "mig", [{"hosts": "all", "gather_facts": False, "vars": vars_,
+                                  "roles": [{"role": "gpu_provisioner.node.mig"}]}], LOCAL)
+    assert run.rc == 0, run.stdout
+    [said] = run.results("Say that there is no GPU here, so no MIG layout is applied.")
+    assert "no GPU present" in said["event_data"]["res"]["msg"]
+    assert not run.started("Bring the GPUs to the MIG layout.")
+    assert run.changed() == 0 and not (tmp_path / "etc").exists()
