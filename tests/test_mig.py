@@ -232,7 +232,19 @@ def test_check_finds_a_changed_layout_and_mig_off_after_a_reboot_as_drift():
     assert drift.mig_drift({}, _profile({})) == []   # no layout declared: nothing to compare
 
 
-def test_the_probe_state_of_a_host_without_mig_instances_reads_as_none():
-    # MIG on but no instances (after a reboot): -lgi exits non-zero, the state has no instances
-    now = mig_layout.state(XML, "")
+def test_mig_lgi_failing_reads_as_no_instances_only_where_the_xml_has_no_mig_device():
+    # the captured XML has 4 MIG devices: a failing -lgi cannot mean "no instances" there
+    assert "failed (rc 6) although MIG devices exist" in mig_layout.read_state(XML, 6, "")
+    # hand-made: the same GPU after a reboot, MIG on and no MIG device (the element emptied)
+    bare = re.sub(r"<mig_devices>.*</mig_devices>", "<mig_devices></mig_devices>", XML, flags=re.S)
+    now = mig_layout.read_state(bare, 6, "")
     assert now[0]["current"] is True and now[0]["instances"] == []
+    assert mig_layout.read_state("<nvidia_smi_log", 0, "").startswith("nvidia-smi -q -x printed no readable XML")
+
+
+@pytest.mark.parametrize("layout", [{"0": ["7g.80gb; reboot"]}, {"0": ["-r"]}, {"x": ["7g.80gb"]}, {"0": "7g.80gb"},
+                                    {"0": [["7g.80gb"]]}])
+def test_the_host_side_refuses_a_layout_that_is_not_profile_names(layout):
+    # each name becomes an nvidia-smi argument: checked again on the host, whatever the inventory says
+    with pytest.raises(ValueError, match="is not a GPU index with a list of MIG profile names"):
+        mig_layout.layout_from(layout)

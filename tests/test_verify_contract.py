@@ -44,7 +44,7 @@ def probe_shape(xml: str | None, topo: str = "", nvlink: str = "", log: str = ""
              "dcgmi": False}
     if mig_lgi is not None:   # as gpu_probe reads MIG (module_utils/mig_layout.py), JSON keys and all
         commands["mig_lgi"] = cmd(["nvidia-smi", "mig", "-lgi"], mig_lgi)
-        probe["mig"] = {str(k): v for k, v in mig_layout.state(xml or "", mig_lgi).items()}
+        probe["mig"] = {str(k): v for k, v in mig_layout.read_state(xml or "", 0, mig_lgi).items()}
     return {"probe": probe}
 
 

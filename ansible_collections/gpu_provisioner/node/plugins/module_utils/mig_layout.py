@@ -79,6 +79,21 @@ def layout_of(gpu: dict) -> list[str]:
     return sorted(i["profile"] for i in gpu["instances"])
 
 
+PROFILE_NAME = re.compile(r"^[1-8]g\.[0-9]{1,3}gb(\+me)?$")
+
+
+def layout_from(layout: dict) -> dict[int, list[str]]:
+    """A layout as the role passes it (GPU index as a string -> profile names), checked again
+    here: each name becomes an nvidia-smi argument."""
+    want = {}
+    for key, names in layout.items():
+        if not str(key).isdigit() or not isinstance(names, list) or not all(
+                isinstance(n, str) and PROFILE_NAME.match(n) for n in names):
+            raise ValueError(f"layout: {key!r}: {names!r} is not a GPU index with a list of MIG profile names")
+        want[int(key)] = list(names)
+    return want
+
+
 def _step(kind: str, gpu: int | None, argv: list[str], why: str) -> dict:
     return {"kind": kind, "gpu": gpu, "argv": argv, "why": why}
 
@@ -156,14 +171,26 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def read_state(xml_text: str, lgi_rc: int | None, lgi_text: str) -> dict[int, dict] | str:
+    """state() from what the commands returned, or why it cannot be trusted. `mig -lgi` exits
+    non-zero when there is no GPU instance to list (MIG off, or none created): that reads as no
+    instances, unless the XML shows MIG devices, which only instances can hold."""
+    try:
+        devices = bool(ET.fromstring(xml_text.strip()).findall("gpu/mig_devices/mig_device"))
+    except ET.ParseError as exc:
+        return f"nvidia-smi -q -x printed no readable XML: {exc}"
+    if lgi_rc not in (0, None) and devices:
+        return f"nvidia-smi mig -lgi failed (rc {lgi_rc}) although MIG devices exist: {lgi_text.strip()[:300]}"
+    return state(xml_text, lgi_text if lgi_rc == 0 else "")
+
+
 def read_host(run=_run) -> dict[int, dict] | str:
     """The host's state, or why it cannot be read (no nvidia-smi, no GPU)."""
     rc, xml_text, err = run([NVIDIA_SMI, "-q", "-x"])
     if rc != 0:
         return f"nvidia-smi -q -x failed (rc {rc}): {(err or xml_text).strip()[:300]}"
-    rc, lgi_text, err = run([NVIDIA_SMI, "mig", "-lgi"])
-    # With MIG off, or no instances, -lgi exits non-zero and prints why: no instances then.
-    return state(xml_text, lgi_text if rc == 0 else "")
+    lgi_rc, lgi_text, lgi_err = run([NVIDIA_SMI, "mig", "-lgi"])
+    return read_state(xml_text, lgi_rc, lgi_text + lgi_err)
 
 
 def apply(want: dict[int, list[str]], holders: list[dict], reconfigure_in_use: bool = False,
@@ -213,7 +240,7 @@ def main(argv: list[str]) -> int:
     """provision-mig CONFIG.json: apply the declared layout at boot (the unit's ExecStart)."""
     with open(argv[0], encoding="utf-8") as f:
         config = json.load(f)
-    want = {int(k): list(v) for k, v in config["layout"].items()}
+    want = layout_from(config["layout"])
     # No holders: the unit runs before every service that uses the GPUs (and starting one of
     # them from here would wait on this unit).
     result = apply(want, [], bool(config.get("reconfigure_in_use", False)))

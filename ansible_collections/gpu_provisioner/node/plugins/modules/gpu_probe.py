@@ -297,12 +297,9 @@ def main():
     }
     if smi_ok:
         # MIG mode and instances per GPU, as the mig role reads them (module_utils/mig_layout.py).
-        try:
-            lgi = commands.get("mig_lgi") or {}
-            result["mig"] = mig_layout.state(commands["nvidia_smi_xml"]["stdout"],
-                                             lgi.get("stdout", "") if lgi.get("rc") == 0 else "")
-        except Exception as exc:  # noqa: BLE001 - an unreadable XML is the controller's to judge
-            result["mig"] = f"unreadable: {exc}"
+        lgi = commands.get("mig_lgi") or {"rc": None, "stdout": ""}
+        result["mig"] = mig_layout.read_state(commands["nvidia_smi_xml"]["stdout"], lgi["rc"],
+                                              lgi["stdout"] + lgi.get("stderr", ""))
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)
     extra = {}

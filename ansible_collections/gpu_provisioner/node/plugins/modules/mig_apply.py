@@ -69,9 +69,9 @@ def main() -> None:
     )
     p = module.params
     try:
-        want = {int(k): [str(n) for n in v] for k, v in p["layout"].items()}
-    except (TypeError, ValueError):
-        module.fail_json(msg="layout: keys are GPU indices, values lists of MIG profile names")
+        want = mig_layout.layout_from(p["layout"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     holders = [h for h in p["holders"] if isinstance(h.get("unit"), str) or isinstance(h.get("pid"), int)]
     for unit in p["known_units"]:
         if {"unit": unit} not in holders and module.run_command(["systemctl", "is-active", "--quiet", unit])[0] == 0:
