@@ -121,3 +121,17 @@ def test_the_role_on_a_host_without_a_gpu_says_so_and_applies_nothing(tmp_path: 
     assert "no GPU present" in said["event_data"]["res"]["msg"]
     assert not run.started("Bring the GPUs to the MIG layout.")
     assert run.changed() == 0 and not (tmp_path / "etc").exists()
+
+
+def test_a_failed_reset_is_reported_as_the_driver_role_reports_a_reboot():
+    """The role's report task carries what the controller's reboot check reads (engine/commands.py)."""
+    from provisioner.engine import commands
+
+    tasks = yaml.safe_load((ROLES / "mig" / "tasks" / "apply.yml").read_text())
+    [report] = [t for t in tasks if t.get("ansible.builtin.debug", {}).get("var") == "provisioner_reboot"]
+    assert set(report["vars"]["provisioner_reboot"]) == {"required", "reason", "rebooting", "why_not"}
+    assert report["when"] == "mig_applied.mig.reboot_required"
+    [check] = commands._reboot_check({
+        "required": True, "rebooting": "False", "why_not": "the profile does not allow reboots (reboot.allowed: false)",
+        "reason": "GPU 0: MIG mode is pending; a GPU reset makes it current, but the reset failed: in use"})
+    assert check.status == "fail" and "GPU 0: MIG mode is pending" in check.detail and "reboot.allowed: true" in check.detail
