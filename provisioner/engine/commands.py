@@ -116,7 +116,8 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
             state = result.reported.get("provisioner_state") or {}
             host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target, name))
             host.checks.extend(kernels_mod.judge_modules(profile, state.get("kernels")))
-            for item, detail in drift.state_drift(state) + drift.components_off(state, variables):
+            for item, detail in (drift.state_drift(state) + drift.components_off(state, variables)
+                                 + drift.mig_drift(state, profile)):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
             if host.changed_tasks:
@@ -157,12 +158,13 @@ def _fold_surveyed(report: Report, run: PlaybookRun, target: Target, in_sync: se
 
 
 def _reboot_check(reboot: dict | None):
-    """A host the driver role found needing a reboot: rebooted by the run, or not and why."""
+    """A host a role found needing a reboot (the driver: a module to load; mig: MIG mode pending
+    and the GPU reset failed): rebooted by the run, or not and why."""
     if not reboot or not reboot.get("required"):
         return []
     reason = " ".join(str(reboot.get("reason", "")).split())
     if str(reboot.get("rebooting")).lower() == "true":
-        return [passed("reboot", f"rebooted to load the driver ({reason})")]
+        return [passed("reboot", f"rebooted: {reason}")]
     why = " ".join(str(reboot.get("why_not", "")).split())
     return [failed("reboot", f"needs a reboot, not done ({why}): {reason}. Reboot it, or set reboot.allowed: true "
                              "and re-run provision up (with --batch to reboot a few hosts at a time)")]

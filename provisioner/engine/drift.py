@@ -4,7 +4,8 @@ Pure functions over the module's result; preflight and check both use them."""
 
 from __future__ import annotations
 
-from provisioner.judge import kernels
+from provisioner.judge import kernels, mig
+from provisioner.profiles.models import Profile
 from provisioner.verdicts.checks import failed
 from provisioner.engine.target import Target
 
@@ -19,11 +20,19 @@ def state_drift(state: dict) -> list[tuple[str, str]]:
     return found
 
 
+def mig_drift(state: dict, profile: Profile) -> list[tuple[str, str]]:
+    """The GPUs whose MIG mode or instances differ from mig.layout (instances lost at a reboot,
+    MIG mode off), from what provisioner_state read with `mig: true`."""
+    return mig.differences(profile, state.get("mig")) if profile.mig.layout else []
+
+
 def in_recorded_state(state: dict, target: Target, host: str | None = None) -> bool:
-    """Converged with this very profile, nothing managed has moved since, and every installed
-    kernel has the driver's module (a kernel installed since needs one built): no converge needed."""
+    """Converged with this very profile, nothing managed has moved since, every installed
+    kernel has the driver's module (a kernel installed since needs one built) and the MIG layout
+    is in place (lost at a reboot: up re-applies it): no converge needed."""
     return (bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target, host)
-            and not kernels.missing(target.loaded.profile, state.get("kernels") or {}))
+            and not kernels.missing(target.loaded.profile, state.get("kernels") or {})
+            and not mig_drift(state, target.loaded.profile))
 
 
 def recorded_profile_check(recorded: dict, target: Target, host: str | None = None):

@@ -21,6 +21,7 @@ from provisioner.parsers import nccl_tests
 from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
 from provisioner.parsers import ibstat as ibstat_mod
+from provisioner.judge import mig as mig_judge
 from provisioner.judge import network
 from provisioner.verdicts.checks import Check, failed, not_in_capture, passed, skipped
 from provisioner.profiles.models import Profile
@@ -601,6 +602,7 @@ def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
         checks += _guard("nvlink", judge_links, profile, commands.get("topo") or {}, commands.get("nvlink") or {})
     checks += _guard("xid events", judge_kernel_log, profile, commands.get("kernel_log") or {}, report)
     checks += _guard("cuda toolkit", judge_cuda_toolkit, profile, commands.get("nvcc") or {})
+    checks += _guard("mig layout", mig_judge.judge, profile, probe.get("mig"))
     units = probe.get("units") or {}
     checks += _guard("fabric manager", judge_fabric_manager, profile, {
         "unit_state": _unit_state(units.get("fabric_manager")),

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from provisioner.profiles import mig
 from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
                                      PipRequirement, RepoUrl, SingleLine, UrlOrControllerPath, UrlOrPath,
                                      WebUrl)
@@ -358,6 +359,22 @@ class Network(Strict):
             round(0.7 * self.ethernet_gbps, 3) if self.ethernet_gbps else None)
 
 
+MigProfileName = Annotated[str, Field(pattern=r"^[1-8]g\.[0-9]{1,3}gb(\+me)?$", examples=["1g.18gb", "3g.71gb"])]
+
+
+class Mig(Strict):
+    """MIG instances the mig role creates and keeps across reboots (left empty: MIG is not managed)."""
+    layout: dict[Literal["all"] | Annotated[int, Field(ge=0, le=15)],
+                 Annotated[list[MigProfileName], Field(min_length=1, max_length=7)]] = Field(
+        default_factory=dict,
+        description="GPU instances per GPU in NVIDIA's profile names for the model (1g.18gb, 3g.71gb, ...): "
+                    "`all: [...]` for every GPU, or per GPU index (`0: [...]`); each gets one compute instance. "
+                    "Checked against the model's placements (data/mig.yml); needs hardware.gpu.mig: true")
+    reconfigure_in_use: bool = Field(
+        False, description="may the role destroy GPU instances that differ from the layout while processes use "
+                           "them (false: such a GPU is left as it is and reported)")
+
+
 class Reboot(Strict):
     allowed: bool = Field(False, description="may the play reboot hosts that need it")
     timeout_s: int = Field(900, ge=60, le=7200, description="seconds a reboot may take before the host fails")
@@ -409,6 +426,8 @@ class Profile(Strict):
     verify: Verify = Field(default_factory=Verify, description="what verify demands beyond the hardware section")
     accept: Accept = Field(default_factory=Accept, description="acceptance floors: what a measurement must reach")
     reboot: Reboot = Field(default_factory=Reboot, description="whether the plays may reboot hosts")
+    mig: Mig = Field(default_factory=Mig, description="MIG layout: GPU instances created, persisted across reboots "
+                                                       "and verified (off when left out)")
     network: Network = Field(default_factory=Network, description="what verify --network and --ddp measure")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="the node's own timer and "
                                                                            "node_exporter")
@@ -456,6 +475,34 @@ class Profile(Strict):
                 raise ValueError(f"{seen[port]} and {name} are both {port}: two services of one host cannot listen "
                                  "on one port; give each its own")
             seen[port] = name
+        return self
+
+    @model_validator(mode="after")
+    def _mig_layout_fits(self) -> Profile:
+        # Refused here, before any host: a layout the GPU cannot hold, or one for a model whose
+        # table nobody published (no guessing).
+        layout, gpu = self.mig.layout, self.hardware.gpu
+        if not layout:
+            return self
+        if "all" in layout and len(layout) > 1:
+            raise ValueError("mig.layout: give `all` or GPU indices, not both")
+        if not gpu.mig:
+            raise ValueError("mig.layout needs MIG mode: set hardware.gpu.mig: true (verify then expects it on)")
+        if gpu.count < 1:
+            raise ValueError("mig.layout needs GPUs: hardware.gpu.count is 0")
+        for key in layout:
+            if key != "all" and key >= gpu.count:
+                raise ValueError(f"mig.layout.{key}: GPU index {key} does not exist on a host with "
+                                 f"hardware.gpu.count {gpu.count} (indices 0-{gpu.count - 1})")
+        model = mig.model_for(gpu.model or "")
+        if model is None:
+            raise ValueError(f"mig.layout: no MIG table for GPU model {gpu.model!r} (known: "
+                             f"{', '.join(mig.known_models())}, provisioner/data/mig.yml); a layout is only "
+                             "accepted where NVIDIA's profiles and placements for the model are known")
+        for key, names in layout.items():
+            problem = mig.layout_error(model, names, f"mig.layout.{key}")
+            if problem:
+                raise ValueError(problem)
         return self
 
     @property

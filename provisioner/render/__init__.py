@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.profiles import compat, distro, packages, skus
+from provisioner.profiles import compat, distro, mig, packages, skus
 from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
@@ -78,6 +78,7 @@ PROFILE_FIELD: dict[str, str] = {
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
     "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
+    "mig_layout": "mig.layout", "mig_reconfigure_in_use": "mig.reconfigure_in_use",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
     "state_timer_node_exporter_listen_address": "monitoring.node_exporter.listen_address",
     "state_timer_node_exporter_port": "monitoring.node_exporter.port",
@@ -174,6 +175,10 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "nvidia_driver_secure_boot": p.driver.secure_boot,
         "fabric_manager_enabled": bool(p.fabric_manager.enabled),
         "fabric_manager_version": p.fabric_manager.version or p.driver.version,
+        # per GPU index, largest instance first (the order the placement check fitted them in)
+        "mig_layout": {str(i): names for i, names in
+                       mig.per_gpu(p.mig.layout, p.hardware.gpu.count, p.hardware.gpu.model or "").items()},
+        "mig_reconfigure_in_use": p.mig.reconfigure_in_use,
         "fabric_manager_nvlink5": compat.nvlink5(p),
         "cuda_toolkit_enabled": p.cuda.enabled,
         "cuda_toolkit_source": p.cuda.source,

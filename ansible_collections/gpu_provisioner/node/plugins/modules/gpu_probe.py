@@ -143,7 +143,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels, mig_layout
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare, read_state
@@ -284,6 +284,9 @@ def main():
     if smi_ok:
         commands["topo"] = run(["nvidia-smi", "topo", "-m"], timeout, limit, env)
         commands["nvlink"] = run(["nvidia-smi", "nvlink", "-s"], timeout, limit, env)
+    if smi_ok and "<current_mig>Enabled</current_mig>" in commands["nvidia_smi_xml"]["stdout"]:
+        # The instances' profile names are only in `mig -lgi` (the XML has instance IDs).
+        commands["mig_lgi"] = run(["nvidia-smi", "mig", "-lgi"], timeout, limit, env)
     commands["nvcc"] = run(["nvcc", "--version"], timeout, limit, env)
     commands["kernel_log"] = kernel_log(timeout, limit)
     python = p["python"] or str((facts.get("python_env") or {}).get("python") or "")
@@ -314,12 +317,17 @@ def main():
         "peermem_loaded": os.path.isdir("/sys/module/nvidia_peermem"),
         "kernels": kernels.read(),
     }
+    if smi_ok:
+        # MIG mode and instances per GPU, as the mig role reads them (module_utils/mig_layout.py).
+        lgi = commands.get("mig_lgi") or {"rc": None, "stdout": ""}
+        result["mig"] = mig_layout.read_state(commands["nvidia_smi_xml"]["stdout"], lgi["rc"],
+                                              lgi["stdout"] + lgi.get("stderr", ""))
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)
     extra = {}
     if p["preflight"]:
         # The same reading provisioner_state's compare gives preflight and check.
-        state = dict(compare(p["state_path"]), kernels=result["kernels"])
+        state = dict(compare(p["state_path"]), kernels=result["kernels"], mig=result.get("mig"))
         # What `provision plan` compares with what up would install, and what holds the GPUs.
         extra = {"provisioner_preflight": collect(), "provisioner_state": state,
                  "provisioner_packages": read_state({"held_packages": p["packages"]})["held_packages"],

@@ -68,6 +68,12 @@ options:
     description: >-
       The repository index the pins came from (record): its C(url), C(release_date) and
       C(packages_sha256). Kept only when the profile installs from NVIDIA's repository.
+  mig:
+    type: bool
+    default: false
+    description: >-
+      With C(compare), also read the GPUs' MIG mode and instances (nvidia-smi -q -x and mig -lgi), which
+      the controller compares with the profile's mig.layout (a layout lost at reboot is drift).
 """
 
 EXAMPLES = r"""
@@ -94,7 +100,7 @@ from ansible.module_utils.basic import AnsibleModule
 # The reading and the comparison live in module_utils/state.py: the same code the node's
 # own checker (provision-state.timer, plain python3) runs, so both see the same drift.
 # The kernels, their DKMS-built NVIDIA modules and Secure Boot: judged by preflight and check.
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels, mig_layout
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
     KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state,
     write_atomic)
@@ -162,6 +168,7 @@ def main() -> None:
             "profile_yaml": {"type": "str", "default": ""},
             "installed_before": {"type": "list", "elements": "str"},
             "package_index": {"type": "dict", "default": {}},
+            "mig": {"type": "bool", "default": False},
         },
         required_if=[("action", "record", ("profile", "profile_sha256"))],
         supports_check_mode=True,
@@ -169,7 +176,9 @@ def main() -> None:
     p = module.params
     old = load(p["path"])
     if p["action"] == "compare":
-        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read()))
+        extra = {"mig": mig_layout.read_host(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}))} \
+            if p["mig"] else {}
+        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read(), **extra))
     if p["action"] == "snapshot":
         if old is not None and p["profile_sha256"] and old.get("profile_sha256") != p["profile_sha256"] \
                 and not module.check_mode:
