@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from provisioner import paths
 from provisioner.errors import ProvisionError
 from provisioner.profiles.models import Profile
+from provisioner.profiles.storage import Storage
 from provisioner.yamlfile import line_of, read_yaml
 
 BUILTIN_DIR = paths.BUILTIN_PROFILES_DIR
@@ -238,5 +239,7 @@ def digest(profile: Profile) -> str:
         data["cuda"].pop("forward_compat", None)
     if not data["dcgm"]["enabled"]:  # the exporter's flag kept its default with DCGM off until issue 28
         data["dcgm"]["exporter"]["enabled"] = True
+    if data.get("storage") == Storage().model_dump(mode="json"):  # unset: as before storage existed (issue 32)
+        data.pop("storage")
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -102,7 +102,8 @@ gpu_probe:
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
-    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), seconds; with
+    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), scratch
+    (module_utils/scratch.py observe), seconds; with
     preflight, also in_recorded_state.
   type: dict
 provisioner_preflight:
@@ -122,7 +123,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels, scratch
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare
@@ -291,6 +292,7 @@ def main():
         "container": container(),
         "peermem_loaded": os.path.isdir("/sys/module/nvidia_peermem"),
         "kernels": kernels.read(),
+        "scratch": scratch.observe(),  # the local scratch: mounted, its array whole (judge/scratch.py)
     }
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)
