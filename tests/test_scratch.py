@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +20,9 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils import scratc
 from provisioner import profiles
 from provisioner.judge import scratch as judge
 from provisioner.profiles.storage import Scratch
-from provisioner.render import role_vars
+from provisioner.render import role_specs, role_vars
 
-from .conftest import DATA, require
+from .conftest import DATA, MODULES, require
 
 D = DATA / "scratch"
 SPEC = {"devices": [], "all_unused_nvme": False, "layout": "single", "filesystem": "ext4", "mount_point": "/scratch",
@@ -121,6 +123,13 @@ def test_root_disk_is_found_through_its_partition_and_never_taken():
     assert refused["action"] == "refuse"
     found = refused["refused"][0]["found"]
     assert "the root filesystem's disk" in found and "mounted at / on /dev/nvme0n1p1" in found
+
+
+def test_a_mount_point_that_something_else_uses_is_refused():
+    facts = aws_facts()
+    p = scratch.plan({**SPEC, "all_unused_nvme": True, "mount_point": "/boot/efi"}, facts)
+    assert p["refused"] == [{"device": "/boot/efi", "found": [
+        "already the mount point of /dev/nvme0n1p15; choose another storage.scratch.mount_point"]}]
 
 
 def test_a_device_not_on_the_host_is_refused():
@@ -232,10 +241,19 @@ def test_profile_rules():
             Scratch(**bad)
 
 
-def test_role_vars_only_when_on():
+def test_role_vars_only_when_on_and_the_role_accepts_them(tmp_path):
     assert not any(k.startswith("scratch_") for k in role_vars(profiles.load("debian12-lab")))
-    p = scratch_profile(all_unused_nvme=True, layout="raid0")
-    assert p.storage.scratch.all_unused_nvme
+    path = tmp_path / "scratch.yml"
+    path.write_text("extends: debian12-lab\nname: scratch\ndescription: d\nstorage:\n  scratch:\n    enabled: true\n"
+                    "    devices: [/dev/disk/by-id/nvme-A, /dev/disk/by-id/nvme-B]\n    layout: raid1\n    mode: '1777'\n")
+    loaded = profiles.load(str(path))
+    variables = role_vars(loaded)
+    assert {k: v for k, v in variables.items() if k.startswith("scratch_")} == {
+        "scratch_enabled": True, "scratch_devices": ["/dev/disk/by-id/nvme-A", "/dev/disk/by-id/nvme-B"],
+        "scratch_all_unused_nvme": False, "scratch_layout": "raid1", "scratch_filesystem": "xfs",
+        "scratch_mount_point": "/scratch", "scratch_mount_options": ["noatime"], "scratch_device_timeout_s": 30,
+        "scratch_owner": "root", "scratch_mode": "1777", "scratch_wipe": False}
+    assert role_specs.problems(variables) == []
 
 
 def observed(mounted: str = "/dev/md127", **array) -> dict:
@@ -272,3 +290,20 @@ def test_lsblk_reader_takes_old_and_new_mountpoint_columns():
                               '"mountpoint": "/data"}]}')
     assert old["/dev/sda"]["mountpoints"] == ["/data"]
     assert scratch.parse_lsblk("") == {}
+
+
+@pytest.mark.ansible
+def test_the_module_refuses_before_touching_anything(tmp_path):
+    """scratch_storage as Ansible runs it (its file, arguments on stdin), in check mode on this
+    machine's real disks, read-only: a device that is not there fails the task, naming it."""
+    args = {"devices": ["/dev/disk/by-id/nvme-NOT_ON_THIS_MACHINE"], "layout": "single", "mount_point": "/scratch",
+            "record": str(tmp_path / "scratch.fact"), "mdadm_conf": str(tmp_path / "mdadm.conf"),
+            "fstab": str(tmp_path / "fstab"), "_ansible_check_mode": True}
+    r = subprocess.run([sys.executable, str(MODULES / "scratch_storage.py")],
+                       input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    result = json.loads(r.stdout)
+    assert result["failed"] is True and result["commands"] == []
+    assert result["msg"] == ("Local scratch refused, nothing was changed: /dev/disk/by-id/nvme-NOT_ON_THIS_MACHINE: "
+                             "not present on this host (no such /dev/disk/by-id link)")
+    assert not any(tmp_path.iterdir())

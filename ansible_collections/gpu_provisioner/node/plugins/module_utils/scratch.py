@@ -261,7 +261,8 @@ def plan(spec: dict, facts: dict) -> dict:
         return out
     adopted = _adoptable(spec, facts, paths)
     if adopted:
-        return {**out, **adopted, "refused": refused + adopted.get("refused", [])}
+        adopted = {**out, **adopted, "refused": refused + adopted.get("refused", [])}
+        return _mount_point_free(adopted, spec, facts)
     for name, path in members:
         found = findings(facts, path)
         if spec.get("all_unused_nvme") and (found["in_use"] or found["data"]):
@@ -283,8 +284,22 @@ def plan(spec: dict, facts: dict) -> dict:
     if refused:
         return out
     array = "" if layout == "single" else ARRAY
-    return {**out, "action": "create", "members": usable, "wipe": sorted(wipe), "array": array,
-            "device": array or usable[0], "mkfs": True}
+    return _mount_point_free({**out, "action": "create", "members": usable, "wipe": sorted(wipe), "array": array,
+                              "device": array or usable[0], "mkfs": True}, spec, facts)
+
+
+def _mount_point_free(p: dict, spec: dict, facts: dict) -> dict:
+    """The plan, or a refusal when something else is mounted at the mount point: its fstab line
+    would be replaced and its data hidden."""
+    if p["action"] == "refuse":
+        return p
+    mine = {p["device"], os.path.realpath(p["device"]) if p["device"].startswith("/dev/md/") else p["device"]}
+    others = sorted(path for path, d in facts["devices"].items()
+                    if spec["mount_point"] in d.get("mountpoints", []) and path not in mine)
+    if others:
+        return {**p, "action": "refuse", "refused": [{"device": spec["mount_point"], "found": [
+            f"already the mount point of {', '.join(others)}; choose another storage.scratch.mount_point"]}]}
+    return p
 
 
 def _adoptable(spec: dict, facts: dict, paths: list[str]) -> dict | None:

@@ -132,7 +132,11 @@ def main() -> None:
     if not os.path.ismount(spec["mount_point"]):
         run(["mount", "--", spec["mount_point"]])  # from the fstab line just written
         result["changed"] = True
-    user = pwd.getpwnam(spec["owner"])
+    try:
+        user = pwd.getpwnam(spec["owner"])
+    except KeyError:
+        module.fail_json(msg=f"storage.scratch.owner {spec['owner']!r} is not a user on this host; create it first "
+                             "(it is mounted, its fstab line written)", **result)
     st = os.stat(spec["mount_point"])
     mode = int(spec["mode"], 8)
     if (st.st_uid, st.st_mode & 0o7777) != (user.pw_uid, mode):
