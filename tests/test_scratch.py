@@ -78,6 +78,7 @@ def test_a_data_bearing_image_is_refused_and_left_byte_identical(images, kind, f
 def test_all_unused_nvme_never_takes_a_data_bearing_disk(images):
     facts = image_facts(images["gpt"], "/dev/disk/by-id/nvme-IMAGE")
     facts["devices"][str(images["gpt"])]["name"] = "nvme0n1"
+    facts["transport"] = {str(images["gpt"]): "pcie"}
     p = scratch.plan({**SPEC, "all_unused_nvme": True}, facts)
     assert p["action"] == "refuse" and p["skipped"][0]["found"] == ["a partition table (gpt)"]
 
@@ -108,8 +109,10 @@ AWS_BY_ID = {"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_A": "/dev/nv
 
 
 def aws_facts() -> dict:
-    return {"devices": scratch.parse_lsblk((D / "lsblk-aws-nvme-root.json").read_text()), "by_id": AWS_BY_ID,
-            "signatures": {}, "mdstat": {}, "md_detail": {}, "swaps": []}
+    """The captured lsblk tree; by-id links and the NVMe transports (sysfs) HAND-MADE."""
+    return {"devices": scratch.parse_lsblk((D / "lsblk-aws-nvme-root.json").read_text()), "by_id": dict(AWS_BY_ID),
+            "signatures": {}, "mdstat": {}, "md_detail": {}, "swaps": [],
+            "transport": {"/dev/nvme0n1": "pcie", "/dev/nvme1n1": "pcie"}}
 
 
 def test_root_disk_is_found_through_its_partition_and_never_taken():
@@ -123,6 +126,21 @@ def test_root_disk_is_found_through_its_partition_and_never_taken():
     assert refused["action"] == "refuse"
     found = refused["refused"][0]["found"]
     assert "the root filesystem's disk" in found and "mounted at / on /dev/nvme0n1p1" in found
+
+
+def test_all_unused_nvme_takes_only_local_pcie_disks(tmp_path):
+    facts = aws_facts()
+    facts["transport"]["/dev/nvme1n1"] = "tcp"
+    p = scratch.plan({**SPEC, "all_unused_nvme": True}, facts)
+    assert p["action"] == "refuse"
+    assert {"device": "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_A",
+            "found": ["not a local PCIe NVMe disk (transport: tcp)"]} in p["skipped"]
+    # The kernel's attribute, read the way the module reads sysfs (a HAND-MADE tree: a
+    # multipath namespace whose subsystem holds the controller).
+    (tmp_path / "nvme0n1/device/nvme0").mkdir(parents=True)
+    (tmp_path / "nvme0n1/device/nvme0/transport").write_text("pcie\n")
+    assert scratch.nvme_transport("nvme0n1", str(tmp_path)) == "pcie"
+    assert scratch.nvme_transport("nvme9n1", str(tmp_path)) == ""
 
 
 def test_a_mount_point_that_something_else_uses_is_refused():
@@ -143,6 +161,7 @@ def two_disk_facts() -> dict:
     facts = aws_facts()
     facts["devices"]["/dev/nvme2n1"] = {**facts["devices"]["/dev/nvme1n1"], "path": "/dev/nvme2n1", "name": "nvme2n1"}
     facts["by_id"]["/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_C"] = "/dev/nvme2n1"
+    facts["transport"]["/dev/nvme2n1"] = "pcie"
     return facts
 
 
@@ -307,3 +326,31 @@ def test_the_module_refuses_before_touching_anything(tmp_path):
     assert result["msg"] == ("Local scratch refused, nothing was changed: /dev/disk/by-id/nvme-NOT_ON_THIS_MACHINE: "
                              "not present on this host (no such /dev/disk/by-id link)")
     assert not any(tmp_path.iterdir())
+
+
+def test_check_folds_an_unmounted_scratch_into_drift(tmp_path):
+    """`provision check`'s fold of one host's provisioner_state reading: the scratch's record
+    says /scratch on the array; now nothing is mounted there and the array is md6 of the
+    captured mdstat (degraded): two drift items, exit 2."""
+    from provisioner.engine import commands
+    from provisioner.engine.runner import HostRun, PlaybookRun
+    from provisioner.render.inventory import load as load_inventory
+    from provisioner.reports.report import Report
+
+    path = tmp_path / "scratch.yml"
+    path.write_text("extends: debian12-lab\nname: scratch\ndescription: d\nstorage:\n  scratch:\n    enabled: true\n"
+                    "    devices: [/dev/disk/by-id/a, /dev/disk/by-id/b]\n    layout: raid1\n")
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("gpu-1\n")
+    target = commands.Target(profiles.load(str(path)), load_inventory(inv))
+    md6 = scratch.parse_mdstat((D / "mdstat-node-exporter-492.txt").read_text())["md6"]
+    state = {"recorded": True, "profile": "scratch", "profile_sha256": target.loaded.digest, "differences": [],
+             "scratch": observed(mounted="", **{**md6, "members": ["/dev/sda2", "/dev/sdb2"]})}
+    report = Report("check", "scratch", target.loaded.digest, str(inv), tmp_path, started="now")
+    run = PlaybookRun("check", "successful", 0, {"gpu-1": HostRun("gpu-1", reported={"provisioner_state": state})},
+                      tmp_path)
+    commands._fold(report, "check", run, target)
+    (h,) = report.hosts
+    assert h.status == "drift" and h.changed_tasks == ["scratch /scratch", "scratch array /dev/md/scratch"]
+    assert h.diffs["scratch array /dev/md/scratch"].startswith("degraded")
+    assert report.exit_code == 2

@@ -26,6 +26,7 @@ Tool formats read here:
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -145,6 +146,18 @@ def by_id_links(folder: str = BY_ID) -> dict[str, str]:
     return {os.path.join(folder, n): os.path.realpath(os.path.join(folder, n)) for n in names}
 
 
+def nvme_transport(name: str, sys_block: str = "/sys/block") -> str:
+    """The NVMe controller's transport (the kernel's `transport` attribute, nvme_ctrl_ops.name:
+    "pcie" for a local disk; tcp, rdma, fc for NVMe over Fabrics), "" when unknown. The
+    namespace's device is the controller, or with native multipath the subsystem, whose
+    controllers are its nvme* children."""
+    found = set()
+    for pattern in ("device/transport", "device/nvme*/transport"):
+        for path in glob.glob(os.path.join(sys_block, name, pattern)):
+            found.add(_read(path).strip())
+    return found.pop() if len(found) == 1 else ",".join(sorted(found))
+
+
 def read_facts(paths: list[str] | None = None) -> dict:
     """Everything `plan` decides from, read-only. `paths`: the devices to probe with blkid
     (None: every disk and partition lsblk lists)."""
@@ -158,7 +171,8 @@ def read_facts(paths: list[str] | None = None) -> dict:
     wanted = paths if paths is not None else [p for p, d in devices.items() if d["type"] in ("disk", "part")]
     wanted += [md for md in details if md not in wanted]  # an array's own filesystem: adopt or refuse it
     return {"devices": devices, "by_id": by_id_links(), "signatures": {p: probe(p) for p in wanted},
-            "mdstat": mdstat, "md_detail": details, "swaps": parse_swaps(_read("/proc/swaps"))}
+            "mdstat": mdstat, "md_detail": details, "swaps": parse_swaps(_read("/proc/swaps")),
+            "transport": {p: nvme_transport(d["name"]) for p, d in devices.items() if d["name"].startswith("nvme")}}
 
 
 # --- the decision (pure) ----------------------------------------------------------------
@@ -234,13 +248,18 @@ def _resolve(spec: dict, facts: dict) -> tuple[list[tuple[str, str]], list[dict]
             else:
                 members.append((name, by_id[name]))
         return members, refused
-    names = {v: k for k, v in sorted(by_id.items(), reverse=True) if "nvme-eui." in k or "nvme-" in k}
-    members = []
+    names = {v: k for k, v in sorted(by_id.items(), reverse=True) if "nvme-" in k}
+    members, remote = [], []
     for path, d in sorted(devices.items()):
         # A capture without the TYPE column: a top-level device is a disk.
         if d["type"] in ("disk", "") and not d["parents"] and d["name"].startswith("nvme"):
-            members.append((names.get(path, path), path))
-    return members, []
+            transport = (facts.get("transport") or {}).get(path, "")
+            if transport == "pcie":
+                members.append((names.get(path, path), path))
+            else:  # NVMe over Fabrics (tcp, rdma, fc) is not local; unknown is not proven local
+                remote.append({"device": names.get(path, path), "found": [
+                    f"not a local PCIe NVMe disk (transport: {transport or 'unknown'})"]})
+    return members, remote
 
 
 def plan(spec: dict, facts: dict) -> dict:
@@ -251,7 +270,9 @@ def plan(spec: dict, facts: dict) -> dict:
     "refused": [{device, found}], "skipped": [{device, found}], "array": md path or "",
     "device": what gets the filesystem, "mkfs": bool, "uuid": the adopted filesystem's}."""
     members, refused = _resolve(spec, facts)
-    layout, skipped, wipe = spec["layout"], [], []
+    layout, wipe = spec["layout"], []
+    # all_unused_nvme: the disks it may not take are skipped (listed), not refusals.
+    skipped, refused = (refused, []) if spec.get("all_unused_nvme") else ([], refused)
     out = {"action": "refuse", "members": [], "wipe": [], "refused": refused, "skipped": skipped,
            "array": "", "device": "", "mkfs": False, "uuid": ""}
     paths = sorted({p for _, p in members})

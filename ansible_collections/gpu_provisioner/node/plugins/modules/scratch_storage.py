@@ -60,7 +60,9 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import 
 
 def _refusal(p: dict) -> str:
     lines = [f"{r['device']}: {'; '.join(r['found'])}" for r in p["refused"]]
-    return "Local scratch refused, nothing was changed: " + " | ".join(lines)
+    passed_over = [f"{r['device']}: {'; '.join(r['found'])}" for r in p["skipped"]]
+    return ("Local scratch refused, nothing was changed: " + " | ".join(lines)
+            + (" (disks not taken by all_unused_nvme: " + " | ".join(passed_over) + ")" if passed_over else ""))
 
 
 def _with_line(path: str, line: str, same) -> tuple[str, bool]:
