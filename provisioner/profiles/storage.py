@@ -50,9 +50,10 @@ class Scratch(Strict):
     enabled: bool = Field(False, description="build and mount the scratch (off when left out)")
     devices: list[ByIdPath] = Field(default_factory=list, description="the disks by their /dev/disk/by-id/ name; "
                                                                      "exclusive with all_unused_nvme")
-    all_unused_nvme: bool = Field(False, description="use every local NVMe disk that holds nothing (no partition "
-                                                     "table, filesystem or signature, not mounted, not the root "
-                                                     "disk): an explicit choice instead of devices")
+    all_unused_nvme: bool = Field(False, description="use every local NVMe disk (PCIe, never NVMe over Fabrics) "
+                                                     "that holds nothing (no partition table, filesystem or "
+                                                     "signature, not mounted, not the root disk): an explicit "
+                                                     "choice instead of devices")
     layout: Literal["single", "raid0", "raid1", "raid10"] = Field(
         "raid0", description="single: one disk, no array; raid0/raid1/raid10: an mdadm array (two or more disks)")
     filesystem: Literal["xfs", "ext4"] = Field("xfs", description="the filesystem made on the disk or array")
