@@ -109,10 +109,11 @@ AWS_BY_ID = {"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_A": "/dev/nv
 
 
 def aws_facts() -> dict:
-    """The captured lsblk tree; by-id links and the NVMe transports (sysfs) HAND-MADE."""
-    return {"devices": scratch.parse_lsblk((D / "lsblk-aws-nvme-root.json").read_text()), "by_id": dict(AWS_BY_ID),
-            "signatures": {}, "mdstat": {}, "md_detail": {}, "swaps": [],
-            "transport": {"/dev/nvme0n1": "pcie", "/dev/nvme1n1": "pcie"}}
+    """The captured lsblk tree; by-id links, NVMe transports (sysfs) and blkid's findings
+    (nothing on any device: rc 2) HAND-MADE."""
+    devices = scratch.parse_lsblk((D / "lsblk-aws-nvme-root.json").read_text())
+    return {"devices": devices, "by_id": dict(AWS_BY_ID), "signatures": {p: {} for p in devices},
+            "mdstat": {}, "md_detail": {}, "swaps": [], "transport": {"/dev/nvme0n1": "pcie", "/dev/nvme1n1": "pcie"}}
 
 
 def test_root_disk_is_found_through_its_partition_and_never_taken():
@@ -150,6 +151,17 @@ def test_a_mount_point_that_something_else_uses_is_refused():
         "already the mount point of /dev/nvme0n1p15; choose another storage.scratch.mount_point"]}]
 
 
+def test_what_cannot_be_read_is_never_erased():
+    facts = aws_facts()
+    facts["signatures"]["/dev/nvme1n1"] = {"PROBE_ERROR": "blkid --probe failed (exit 4)"}
+    named = {**SPEC, "devices": ["/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_A"], "wipe": True}
+    assert scratch.plan(named, facts)["refused"][0]["found"] == ["blkid --probe failed (exit 4)"]
+    del facts["signatures"]["/dev/nvme1n1"]
+    assert scratch.plan(named, facts)["refused"][0]["found"] == ["not probed (blkid)"]
+    assert scratch.plan(named, {**facts, "devices": {}})["refused"][0]["found"] == [
+        "lsblk listed no block devices on this host; nothing can be judged safe"]
+
+
 def test_a_device_not_on_the_host_is_refused():
     p = scratch.plan({**SPEC, "devices": ["/dev/disk/by-id/nvme-GONE"]}, aws_facts())
     assert p["refused"] == [{"device": "/dev/disk/by-id/nvme-GONE",
@@ -162,6 +174,7 @@ def two_disk_facts() -> dict:
     facts["devices"]["/dev/nvme2n1"] = {**facts["devices"]["/dev/nvme1n1"], "path": "/dev/nvme2n1", "name": "nvme2n1"}
     facts["by_id"]["/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_C"] = "/dev/nvme2n1"
     facts["transport"]["/dev/nvme2n1"] = "pcie"
+    facts["signatures"]["/dev/nvme2n1"] = {}
     return facts
 
 

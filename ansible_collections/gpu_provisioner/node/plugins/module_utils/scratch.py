@@ -125,6 +125,8 @@ def probe(path: str) -> dict[str, str]:
     """What blkid finds written on `path` (a device or a disk-image file), read-only: the
     low-level probe (-p) reads the device itself, never blkid's cache."""
     rc, out = _run(["blkid", "--probe", "--output", "export", path])
+    if rc not in (0, 2):  # 2: nothing found. Anything else is not knowing, and unknown is never empty.
+        return {"PROBE_ERROR": f"blkid --probe failed (exit {rc})"}
     found = parse_export(out) if rc == 0 else {}
     found.pop("DEVNAME", None)
     return found
@@ -161,8 +163,8 @@ def nvme_transport(name: str, sys_block: str = "/sys/block") -> str:
 def read_facts(paths: list[str] | None = None) -> dict:
     """Everything `plan` decides from, read-only. `paths`: the devices to probe with blkid
     (None: every disk and partition lsblk lists)."""
-    _, lsblk_out = _run(LSBLK)
-    devices = parse_lsblk(lsblk_out)
+    rc, lsblk_out = _run(LSBLK)
+    devices = parse_lsblk(lsblk_out) if rc == 0 else {}
     mdstat = parse_mdstat(_read("/proc/mdstat"))
     details = {}
     for name in mdstat:
@@ -223,7 +225,10 @@ def findings(facts: dict, path: str) -> dict[str, list[str]]:
             in_use.append(f"a member of the running array /dev/{name} ({array['level'] or array['state']}, "
                           f"members {', '.join(array['members'])})")
     parts = [c for c in entry.get("children") or [] if (devices.get(c) or {}).get("type") == "part"]
-    sig = (facts.get("signatures") or {}).get(path) or {}
+    sig = (facts.get("signatures") or {}).get(path)
+    if sig is None or "PROBE_ERROR" in sig:  # what is on it is not known: never erased
+        in_use.append((sig or {}).get("PROBE_ERROR") or "not probed (blkid)")
+        sig = {}
     if sig.get("PTTYPE"):
         data.append(f"a partition table ({sig['PTTYPE']})")
     elif parts:
@@ -269,6 +274,10 @@ def plan(spec: dict, facts: dict) -> dict:
     Returns {"action": create | adopt | refuse, "members": [paths], "wipe": [paths],
     "refused": [{device, found}], "skipped": [{device, found}], "array": md path or "",
     "device": what gets the filesystem, "mkfs": bool, "uuid": the adopted filesystem's}."""
+    if not facts.get("devices"):  # lsblk failed or listed nothing: no disk can be judged
+        return {"action": "refuse", "members": [], "wipe": [], "skipped": [], "array": "", "device": "",
+                "mkfs": False, "uuid": "", "refused": [{"device": "storage.scratch", "found": [
+                    "lsblk listed no block devices on this host; nothing can be judged safe"]}]}
     members, refused = _resolve(spec, facts)
     layout, wipe = spec["layout"], []
     # all_unused_nvme: the disks it may not take are skipped (listed), not refusals.
