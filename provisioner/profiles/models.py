@@ -10,12 +10,14 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from provisioner.profiles import mig
 from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
                                      PipRequirement, RepoUrl, SingleLine, UrlOrControllerPath, UrlOrPath,
                                      WebUrl)
+from provisioner.profiles.storage import Storage
+from provisioner.profiles.strict import Strict
 
 DRIVER_VERSION = r"^\d{3}\.\d{2,3}(\.\d{2,3})?$"
 CUDA_VERSION = r"^\d{2}\.\d$"
@@ -43,11 +45,6 @@ KeyFingerprint = Annotated[str, AfterValidator(check_fingerprint), Field(example
 DriverVersion = Annotated[str, Field(pattern=DRIVER_VERSION, examples=["535.129.03"])]
 CudaVersion = Annotated[str, Field(pattern=CUDA_VERSION, examples=["12.2"])]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-
-
-class Strict(BaseModel):
-    # allow_inf_nan=False: .inf or .nan as a floor would pass or fail every host whatever it measures.
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 # --- hardware expectations ---------------------------------------------------------
@@ -431,6 +428,8 @@ class Profile(Strict):
     network: Network = Field(default_factory=Network, description="what verify --network and --ddp measure")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="the node's own timer and "
                                                                            "node_exporter")
+    storage: Storage = Field(default_factory=Storage, description="local disks the node is shaped with: NVMe "
+                                                                  "scratch")
     inventory_overrides: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
         description="role variables this profile renders that a site may still set per host or group in its "

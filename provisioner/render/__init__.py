@@ -77,6 +77,9 @@ PROFILE_FIELD: dict[str, str] = {
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
     "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
+    **{f"scratch_{name}": f"storage.scratch.{name}" for name in (
+        "enabled", "devices", "all_unused_nvme", "layout", "filesystem", "mount_point", "mount_options",
+        "device_timeout_s", "owner", "mode", "wipe")},
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
     "mig_layout": "mig.layout", "mig_reconfigure_in_use": "mig.reconfigure_in_use",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
@@ -205,6 +208,9 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "network_iperf3": p.network.iperf3,
         **_infiniband(p),
         **_state_timer(p),
+        # Only when on: the role's own defaults keep it off, and a profile without it renders as before.
+        **({f"scratch_{name}": value for name, value in p.storage.scratch.model_dump().items()}
+           if p.storage.scratch.enabled else {}),
     }
     if env.enabled:
         out.update({

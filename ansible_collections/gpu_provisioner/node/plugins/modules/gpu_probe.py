@@ -114,7 +114,8 @@ gpu_probe:
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
-    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), seconds; with
+    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), scratch
+    (module_utils/scratch.py observe), seconds; with
     preflight, also in_recorded_state.
   type: dict
 provisioner_preflight:
@@ -143,7 +144,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels, mig_layout
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels, mig_layout, scratch
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare, read_state
@@ -316,6 +317,7 @@ def main():
         "container": container(),
         "peermem_loaded": os.path.isdir("/sys/module/nvidia_peermem"),
         "kernels": kernels.read(),
+        "scratch": scratch.observe(),  # the local scratch: mounted, its array whole (judge/scratch.py)
     }
     if smi_ok:
         # MIG mode and instances per GPU, as the mig role reads them (module_utils/mig_layout.py).

@@ -89,7 +89,8 @@ provisioner_state:
   description: >-
     (compare) recorded (a record was found), profile and profile_sha256 from the record,
     differences (kind, item, recorded, now per item that differs), dpkg_audit (dpkg --audit output),
-    kernels (installed kernel images, dkms status, Secure Boot state: module_utils/kernels.py).
+    kernels (installed kernel images, dkms status, Secure Boot state: module_utils/kernels.py),
+    scratch (the local scratch's record and how it is now: module_utils/scratch.py observe).
   type: dict
 """
 
@@ -101,6 +102,8 @@ from ansible.module_utils.basic import AnsibleModule
 # own checker (provision-state.timer, plain python3) runs, so both see the same drift.
 # The kernels, their DKMS-built NVIDIA modules and Secure Boot: judged by preflight and check.
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels, mig_layout
+# The local scratch the scratch role built, and how it is now (judged by provisioner/judge/scratch.py).
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import scratch
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
     KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state,
     write_atomic)
@@ -178,7 +181,8 @@ def main() -> None:
     if p["action"] == "compare":
         extra = {"mig": mig_layout.read_host(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}))} \
             if p["mig"] else {}
-        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read(), **extra))
+        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read(),
+                                                               scratch=scratch.observe(), **extra))
     if p["action"] == "snapshot":
         if old is not None and p["profile_sha256"] and old.get("profile_sha256") != p["profile_sha256"] \
                 and not module.check_mode:
