@@ -1,7 +1,9 @@
 """bench/cli: wall time of the commands that touch no host (`profiles`, `profiles show`,
 `profiles validate`, `render` of the example's hosts, `judge` of two captures), against a
 bare Python start measured in the same run, interleaved so that load changes hit every
-command alike (the machine is noisy: read the medians and the ratios, not one run).
+command alike (the machine is noisy: read the medians and the ratios, not one run). Beside
+the wall time it prints the CPU time the command used (user + system, its children's
+included), which other load on the machine changes far less.
 
     .venv/bin/python bench/cli.py [--runs 10] [--against CHECKOUT]
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,14 +49,18 @@ def cases(repo: Path, out: str) -> dict[str, list[str]]:
     }
 
 
-def run_once(cmd: list[str], repo: Path, env: dict[str, str]) -> float:
+def run_once(cmd: list[str], repo: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=repo, env={**env, "PYTHONPATH": str(repo)},
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode not in (0, 2):  # judge exits 2: the A100 capture fails the profile's checks
         sys.exit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr.decode(errors='replace')}")
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -77,13 +84,16 @@ def main() -> None:
                 elapsed = run_once(todo[tag][name], repo, {**env, "PYTHONPYCACHEPREFIX": prefixes[tag]})
                 if round_:
                     results[tag][name].append(elapsed)
-    base = statistics.median(results[""]["python -c pass (baseline)"])
-    before = "  before: median s" if args.against else ""
-    print(f"{'command':44} {'median s':>9} {'min s':>7} {'x baseline':>10}{before}   ({args.runs} runs each)")
+    def median(tag: str, name: str, which: int) -> float:
+        return statistics.median(t[which] for t in results[tag][name])
+
+    base = median("", "python -c pass (baseline)", 0)
+    before = f"  {'before: wall':>12} {'cpu':>6}" if args.against else ""
+    print(f"{'command':44} {'wall s':>7} {'min s':>6} {'cpu s':>6} {'x base':>6}{before}   (medians of {args.runs} runs)")
     for name, times in results[""].items():
-        median = statistics.median(times)
-        then = f"  {statistics.median(results['before'][name]):17.3f}" if args.against else ""
-        print(f"{name:44} {median:9.3f} {min(times):7.3f} {median / base:10.1f}{then}")
+        then = f"  {median('before', name, 0):12.3f} {median('before', name, 1):6.3f}" if args.against else ""
+        print(f"{name:44} {median('', name, 0):7.3f} {min(t[0] for t in times):6.3f} {median('', name, 1):6.3f} "
+              f"{median('', name, 0) / base:6.1f}{then}")
 
 
 if __name__ == "__main__":
