@@ -38,6 +38,7 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils import state 
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import state_metrics as sm
 from provisioner.engine import commands, prometheus
 from provisioner.reports import monitoring
+from provisioner.reports import report as report_mod
 from provisioner.reports.report import HostReport, Report
 
 from .conftest import DATA
@@ -346,7 +347,9 @@ def test_a_real_prometheus_gives_the_ssh_paths_verdicts(tmp_path: Path):
     assert got["node-silent"].outcome == "unknown"
     assert got["node-evil"].outcome == "ok", "its own record is clean; its claim to be node-drifted changed nothing"
     assert report.exit_code == 1 and report.source["ignored_series"] == 0
-    assert (report.run_dir / "report.json").is_file() and (report.run_dir / "prometheus.json").is_file()
+    assert (report.run_dir / "prometheus.json").is_file()
+    again = report_mod.load(report.run_dir)  # `provision report RUN` reads it back whole: unknown, source and all
+    assert again.as_dict() == report.as_dict()
     # The CLI, on the two hosts with fresh data: drift exits 2, the JSON report's shape.
     assert result.exit_code == 2, result.output
     data = json.loads(result.stdout)
