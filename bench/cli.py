@@ -88,10 +88,11 @@ def main() -> None:
         return statistics.median(t[which] for t in results[tag][name])
 
     base = median("", "python -c pass (baseline)", 0)
-    before = f"  {'before: wall':>12} {'cpu':>6}" if args.against else ""
+    before = f"  {'before: wall':>12} {'min':>6} {'cpu':>6}" if args.against else ""
     print(f"{'command':44} {'wall s':>7} {'min s':>6} {'cpu s':>6} {'x base':>6}{before}   (medians of {args.runs} runs)")
     for name, times in results[""].items():
-        then = f"  {median('before', name, 0):12.3f} {median('before', name, 1):6.3f}" if args.against else ""
+        then = (f"  {median('before', name, 0):12.3f} {min(t[0] for t in results['before'][name]):6.3f} "
+                f"{median('before', name, 1):6.3f}") if args.against else ""
         print(f"{name:44} {median('', name, 0):7.3f} {min(t[0] for t in times):6.3f} {median('', name, 1):6.3f} "
               f"{median('', name, 0) / base:6.1f}{then}")
 
