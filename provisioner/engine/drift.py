@@ -9,13 +9,16 @@ from provisioner.verdicts.checks import failed
 from provisioner.engine.target import Target
 
 
+# The drift item of packages dpkg left half-configured (also named so from Prometheus: engine/prometheus.py).
+DPKG_ITEM = "dpkg: packages left half-configured by an interrupted run"
+
+
 def state_drift(state: dict) -> list[tuple[str, str]]:
     """The differences provisioner_state found between a host and its record, as
     (item, what changed) pairs, plus packages dpkg left half-configured."""
     found = [(d["item"], f"recorded: {d['recorded']}; now: {d['now']}") for d in state.get("differences") or []]
     if state.get("dpkg_audit"):
-        found.append(("dpkg: packages left half-configured by an interrupted run",
-                      " ".join(str(state["dpkg_audit"]).split())[:500]))
+        found.append((DPKG_ITEM, " ".join(str(state["dpkg_audit"]).split())[:500]))
     return found
 
 

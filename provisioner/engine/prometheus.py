@@ -44,15 +44,14 @@ from provisioner.verdicts.checks import passed
 
 # Bounds on what we ask and what we accept: a hung Prometheus or a huge answer is one error.
 TIMEOUT_S = 30
-# About 20 series per clean host and 50 more per drifted one, ~250 bytes each in the JSON:
-# 128 MiB carries tens of thousands of hosts.
+# About 40 series per clean host (fewer than 100 with its drift items listed), ~250 bytes
+# each in the JSON: 128 MiB carries more than ten thousand hosts.
 MAX_RESPONSE = 128 << 20
 # A host whose provision-state last ran longer ago than this many timer intervals is unknown
 # (the same bound as the GpuProvisionerStateStale alert, reports/monitoring.alert_rules).
 STALE_INTERVALS = 3
 # What state_metrics.DRIFT_KINDS writes (tests/test_prometheus_check.py holds the two equal).
 DRIFT_KINDS = ("held_packages", "packages", "files", "units", "python_envs", "dpkg", "record")
-DPKG_ITEM = "dpkg: packages left half-configured by an interrupted run"
 LABEL_MAX = 300  # a label value longer than provision-state writes is cut before it is shown
 
 
@@ -215,7 +214,7 @@ def host_state(found: dict[str, list[Series]], evaluated: float, max_age: float)
         counts[kind] = int(s.value)
     if set(counts) != set(DRIFT_KINDS):
         raise Unknown(f"gpu_provisioner_drift_items lacks kind(s) {', '.join(sorted(set(DRIFT_KINDS) - set(counts)))}")
-    items = [_clean(s.labels.get("item", "")) if s.labels.get("kind") != "dpkg" else DPKG_ITEM
+    items = [_clean(s.labels.get("item", "")) if s.labels.get("kind") != "dpkg" else drift.DPKG_ITEM
              for s in found.get("gpu_provisioner_drift_items_detail", []) if s.labels.get("kind") != "record"]
     left_out = _count(found, "gpu_provisioner_drift_items_detail_dropped")
     drifted = sum(n for kind, n in counts.items() if kind != "record")
