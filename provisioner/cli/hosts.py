@@ -306,13 +306,22 @@ def _show_rollback(s: Session, back, *, to_err: bool) -> None:
 @fleet_options()
 def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
           deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
-                                                            "(slower; also sees what a changed profile would do).")] = False) -> None:
+                                                            "(slower; also sees what a changed profile would do).")] = False,
+          from_prometheus: Annotated[Optional[str], typer.Option(
+              "--from-prometheus", metavar="URL",
+              help="Read every host's state from this Prometheus (its base URL) in one query instead of "
+                   "asking the hosts: what each node's provision-state.timer published. A host whose data is "
+                   "missing or older than 3 timer intervals is unknown (exit 1).")] = None) -> None:
     """Drift: compare each host with the state recorded at its last converge; changes nothing.
 
     Names every managed package, hold, file and unit that moved since, and the profile's change.
 
     --deep runs the converge in check mode with diffs instead (slower); only --deep takes --batch
-    and --max-fail."""
+    and --max-fail. --from-prometheus reads what the nodes' timers published instead of asking
+    the hosts: one query for the whole fleet, the same verdicts."""
+    if from_prometheus is not None:
+        _check_from_prometheus(session(ctx), profile, inventory, fleet, from_prometheus, deep)
+        return
     if not deep and (fleet.batch is not None or fleet.max_fail is not None):
         # Plain check reads every host's record in one call per host, all hosts at once: batches
         # would change nothing but its speed, so taking the options and ignoring them misleads.
@@ -321,3 +330,24 @@ def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: 
                              fix="drop --batch/--max-fail, or add --deep to run the converge in check mode batch by "
                                  "batch")
     talk_to_hosts(session(ctx), "check", profile, inventory, fleet.fleet(), deep=deep)
+
+
+def _check_from_prometheus(s: Session, profile: str, inventory: Path, fleet: FleetOptions, url: str,
+                           deep: bool) -> None:
+    """check --from-prometheus: no host is contacted, so the options that shape a run on the
+    hosts are refused rather than ignored."""
+    from provisioner.engine import commands, prometheus
+
+    given = [name for name, on in (("--deep", deep), ("--batch", fleet.batch is not None),
+                                   ("--max-fail", fleet.max_fail is not None), ("--forks", fleet.forks is not None),
+                                   ("--ask-become-pass", fleet.ask_become_pass),
+                                   ("--become-password-file", fleet.become_password_file is not None)) if on]
+    if given:
+        raise ProvisionError(f"{given[0]} does nothing with --from-prometheus: no host is contacted",
+                             where=given[0], fix=f"drop {given[0]}, or drop --from-prometheus to ask the hosts")
+    options = fleet.fleet()
+    target = commands.prepare(profile, inventory, options.files_root)
+    _warn_dropped(s, target)
+    report = prometheus.check(target, url, runs_dir=options.runs_dir, limit=options.limit)
+    show(s, report, options.as_json, options.junit, force=options.force, verbose=options.verbose)
+    raise typer.Exit(report.exit_code)

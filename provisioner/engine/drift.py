@@ -10,13 +10,16 @@ from provisioner.verdicts.checks import failed
 from provisioner.engine.target import Target
 
 
+# The drift item of packages dpkg left half-configured (also named so from Prometheus: engine/prometheus.py).
+DPKG_ITEM = "dpkg: packages left half-configured by an interrupted run"
+
+
 def state_drift(state: dict) -> list[tuple[str, str]]:
     """The differences provisioner_state found between a host and its record, as
     (item, what changed) pairs, plus packages dpkg left half-configured."""
     found = [(d["item"], f"recorded: {d['recorded']}; now: {d['now']}") for d in state.get("differences") or []]
     if state.get("dpkg_audit"):
-        found.append(("dpkg: packages left half-configured by an interrupted run",
-                      " ".join(str(state["dpkg_audit"]).split())[:500]))
+        found.append((DPKG_ITEM, " ".join(str(state["dpkg_audit"]).split())[:500]))
     return found
 
 
@@ -62,15 +65,24 @@ def components_off(state: dict, variables: dict) -> list[tuple[str, str]]:
     """Components the host's record says it has and the profile turns off (or drops): what
     `provision up` would remove, as (item, what is left) pairs. `variables`: the profile's
     role variables (render.role_vars)."""
-    found = []
-    for role, items in sorted((state.get("components") or {}).items()):
-        switches = SWITCHES.get(role, (f"{role}_enabled",))
-        if not any(s in variables for s in switches) or any(variables.get(s) for s in switches):
-            continue
+    installed = {}
+    for role, items in (state.get("components") or {}).items():
         # Installed means packages or units; a role's own fact file stays while it is off.
         left = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(items[kind])}" for kind in
                          ("held_packages", "packages", "units") if items.get(kind))
-        if not left:
+        if left:
+            installed[role] = left
+    return off_components(installed, variables)
+
+
+def off_components(installed: dict[str, str], variables: dict) -> list[tuple[str, str]]:
+    """The roles of `installed` (role -> what of it the record lists) the profile turns off:
+    the record read over SSH (components_off) and the one Prometheus carries
+    (engine/prometheus.py) are judged here alike."""
+    found = []
+    for role, left in sorted(installed.items()):
+        switches = SWITCHES.get(role, (f"{role}_enabled",))
+        if not any(s in variables for s in switches) or any(variables.get(s) for s in switches):
             continue
         found.append((f"component {role} is off in the profile",
                       f"still on this host ({left}); provision up removes it"))
