@@ -92,7 +92,6 @@ class Snapshot(_Strict):
 
 
 class Catalogue(_Strict):
-    snapshot: dict | None = None   # {date, method, packages_sha256}: what this snapshot is and when
     flavour: str
     snapshot: Snapshot | None = None
     path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
