@@ -13,9 +13,12 @@ import yaml
 from provisioner.errors import ProvisionError
 
 
-# libyaml's parser where PyYAML has it: the package's own data (the compatibility matrix,
-# the roles' argument specs) parses about 8x faster, which every command pays at start.
-_DATA_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's parser where PyYAML was built with it (the wheels are), PyYAML's pure-Python one
+# otherwise: the same safe constructor either way, about 8x faster with libyaml, which every
+# command pays at start (the catalogue alone is ~10k lines). Both give nodes and errors marks
+# with a line and column, which is all the error messages below use.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DATA_LOADER = _SAFE_LOADER
 
 
 def load_data(text: str) -> Any:
@@ -59,8 +62,8 @@ class DuplicateKey(yaml.MarkedYAMLError):
     pass
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key written twice in one mapping: YAML says keys are
+class _UniqueKeyLoader(_SAFE_LOADER):
+    """PyYAML's safe loader (libyaml's parser where there is one), refusing a key written twice in one mapping: YAML says keys are
     unique, PyYAML keeps the last one silently, and in a shared profile the first one is the
     one a reader sees. (A `<<` merge may still be overridden: that is what it is for.)"""
 
@@ -111,7 +114,7 @@ def line_of(path: Path, keys: tuple[str | int, ...], *, exact: bool = False) -> 
     line of its deepest ancestor that is written there (`exact`: None unless `keys`
     itself is); None if none is."""
     try:
-        node = yaml.compose(path.read_text(encoding="utf-8"))
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)  # noqa: S506 - safe
     except (OSError, yaml.YAMLError):
         return None
     line = None

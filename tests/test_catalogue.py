@@ -153,3 +153,18 @@ def test_dcgm4_installs_the_proprietary_pair_for_the_profiling_metrics(flavour):
         assert "1:4.5.2-1" in cat.versions(name), name
     # The unit tests' fixture index uses the same rules as the product.
     assert catalogue.load(flavour).naming == cat.naming
+
+
+def test_a_catalogue_is_parsed_once_per_process_and_again_when_its_file_changes(tmp_path):
+    # `provision profiles` loads every built-in, and each one's snapshot advisory reads the
+    # same catalogue: one parse, shared (the models are frozen); an edited file is read again.
+    path = tmp_path / "ubuntu2204.yml"
+    shutil.copy(SNAPSHOT_DIR / "ubuntu2204.yml", path)
+    first = catalogue.load("ubuntu2204", path)
+    assert catalogue.load("ubuntu2204", path) is first
+    with pytest.raises(Exception, match="frozen"):
+        first.flavour = "other"
+    path.write_text(path.read_text().replace("flavour: ubuntu2204", "flavour: ubuntu2204-edited", 1))
+    again = catalogue.load("ubuntu2204", path)
+    assert again is not first and again.flavour == "ubuntu2204-edited"
+    assert again.sha256 != first.sha256

@@ -105,7 +105,7 @@ def test_version():
 
 
 def test_every_host_command_has_the_fleet_options():
-    for command in ("preflight", "up", "check", "verify"):
+    for command in ("preflight", "up", "check", "verify", "plan"):
         result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
         for option in ("--limit", "--forks", "--json", "--profile", "--runs-dir"):
             assert option in result.output, (command, option)
@@ -130,6 +130,30 @@ def test_python_dash_m_provisioner_cli_is_the_provision_command():
 
 
 def test_every_fleet_command_takes_verbose():
-    for command in ("preflight", "up", "check", "verify"):
+    for command in ("preflight", "up", "check", "verify", "plan"):
         result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0 and "--verbose" in result.output, command
+
+
+def test_plan_refuses_bad_input_before_any_host(tmp_path: Path):
+    result = runner.invoke(app, ["plan", "-p", "h100-train", str(tmp_path / "hosts.ini"),
+                                 "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 1 and "inventory file not found" in result.output
+    assert not (tmp_path / "runs").exists()
+    result = runner.invoke(app, ["plan", "-p", "h100-train", EXAMPLE, "--batch", "1"])
+    assert result.exit_code == 1 and "--batch" in result.output  # plan surveys every host at once
+
+
+def test_up_asks_only_where_a_person_answers(monkeypatch):
+    """up shows the plan and asks only with a terminal on stdin and stdout, without --yes or --json:
+    CI, cron and the lab tests (no terminal) never wait on a question."""
+    import sys
+
+    from provisioner.cli import hosts
+
+    for stdin, stdout, yes, as_json, asks in ((True, True, False, False, True), (False, True, False, False, False),
+                                             (True, False, False, False, False), (True, True, True, False, False),
+                                             (True, True, False, True, False)):
+        monkeypatch.setattr(sys.stdin, "isatty", lambda s=stdin: s, raising=False)
+        monkeypatch.setattr(sys.stdout, "isatty", lambda s=stdout: s, raising=False)
+        assert hosts._asks(yes, as_json) is asks

@@ -124,3 +124,36 @@ def test_the_readme_playbook_parses_against_the_collection_with_renders_variable
     for role in ("common", "nvidia_driver"):
         assert f"gpu_provisioner.node.{role} :" in listed.stdout, listed.stdout[-3000:]
     assert "Record what the roles manage" in listed.stdout
+
+
+def _undescribed(entries: dict | None, kind: str, path: str = "") -> list[str]:
+    out = []
+    for name, spec in (entries or {}).items():
+        if not isinstance(spec, dict) or not spec.get("description"):
+            out.append(f"{kind} {path}{name}")
+            continue
+        out += _undescribed(spec.get("suboptions" if kind == "option" else "contains"), kind, f"{path}{name}.")
+    return out
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_option_and_return_value_has_a_description(module: str):
+    """ansible-doc's text view (what a user types) refuses a module with an undescribed
+    option or return value, where the JSON view above shows it; so every one is described."""
+    tree = ast.parse((COLLECTION / "plugins" / "modules" / f"{module}.py").read_text())
+    docs = {node.targets[0].id: yaml.safe_load(node.value.value) or {} for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in {"DOCUMENTATION", "RETURN"} and isinstance(node.value, ast.Constant)}
+    doc = docs["DOCUMENTATION"]
+    missing = ([] if doc.get("description") else ["the module's description"]) + _undescribed(
+        doc.get("options"), "option") + _undescribed(docs.get("RETURN"), "return value")
+    assert not missing, f"{module}: no description for {missing}"
+
+
+@pytest.mark.ansible
+def test_ansible_doc_text_view_shows_every_module():
+    run = subprocess.run([str(BIN / "ansible-doc"), *(f"gpu_provisioner.node.{m}" for m in MODULES)],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert run.returncode == 0 and "[ERROR]" not in run.stderr, run.stderr[-3000:]
+    for module in MODULES:
+        assert f"gpu_provisioner.node.{module}" in run.stdout, module

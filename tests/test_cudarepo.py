@@ -283,7 +283,9 @@ def test_payloads_are_few_and_only_where_named(repo, man, tmp_path):
         info = subprocess.run(["dpkg-deb", "-I", str(repo.dir / deb), "postinst"],
                               capture_output=True, text=True, check=True).stdout
         assert f"update-alternatives --install /usr/local/cuda cuda {line}" in info, deb
-    assert {p for ps in files.values() for p in ps} == {"." + f for f in cudarepo.PAYLOADS if not f.startswith("DEBIAN/")}
+    # Exactly the files the manifest names (PAYLOADS also holds the toolkit stand-in's stubs: test_toolkitrepo).
+    named = {f for _, p in man.entries() for f in p.stand_in_files if not f.startswith("DEBIAN/")}
+    assert {p for ps in files.values() for p in ps} == {"." + f for f in named}
     out = tmp_path / "x"
     # nvcc names the toolkit release the role checks (NVIDIA's wording).
     for deb, release in (("cuda-nvcc-12-2_12.2.140-1_amd64.deb", "release 12.2, V12.2.140"),

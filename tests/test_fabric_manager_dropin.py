@@ -84,4 +84,5 @@ def test_the_drop_in_comes_after_the_pins_and_before_the_unit_with_a_reload_only
     assert unit["daemon_reload"] == "{{ " + dropin["register"] + " is changed }}"
     assert "fabric_manager_starts" in unit["state"]
     # provision check watches the drop-in like the role's other files.
-    assert "fabric_manager_dropin_file" in (ROLE / "tasks" / "main.yml").read_text()
+    managed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["fabric_manager_managed"]
+    assert "fabric_manager_dropin_file" in managed["files"]

@@ -75,7 +75,7 @@ def test_a_host_that_failed_a_check_is_never_shown_as_ok(fixtures, tmp_path):
     assert {h.status for h in failing} == {"ok"} and {h.outcome for h in failing} == {"failed"}
     data = report.as_dict()
     assert data["summary"] == {"hosts": 30, "ok": 28, "changed": 0, "drifted": 0, "failed": 2, "unreachable": 0,
-                               "not-verified": 0}
+                               "not-verified": 0, "unknown": 0}
     assert {h["name"]: h["outcome"] for h in data["hosts"] if h["outcome"] != "ok"} == {"gpu07": "failed",
                                                                                        "gpu23": "failed"}
     wide = Console(file=io.StringIO(), width=400, force_terminal=False)

@@ -92,3 +92,42 @@ def test_a_fingerprint_for_a_mirrors_own_key_is_taken(tmp_path: Path):
     path = tmp_path / "m.yml"
     path.write_text("extends: h100-train\nname: m\ndescription: d\n" + body)
     assert profiles.load(str(path)).profile.mirrors.cuda_repo_key_fingerprint == "0" * 40
+
+
+@pytest.fixture(params=["libyaml", "pure-python"])
+def yaml_loader(request, monkeypatch):
+    """read_yaml on libyaml's parser (the fast path) and on PyYAML's own (the fallback where
+    PyYAML was built without libyaml): both must refuse the same way, at the same line."""
+    import importlib
+
+    import yaml
+
+    from provisioner import yamlfile
+
+    if request.param == "libyaml":
+        if not yaml.__with_libyaml__:
+            pytest.skip("this PyYAML was built without libyaml")
+        assert issubclass(yamlfile._UniqueKeyLoader, yaml.CSafeLoader), "the fast path is not taken"
+        yield yamlfile.read_yaml
+        return
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    try:
+        yield importlib.reload(yamlfile).read_yaml
+    finally:
+        monkeypatch.undo()
+        importlib.reload(yamlfile)
+
+
+def test_both_yaml_parsers_refuse_a_key_written_twice_and_bad_syntax_at_the_same_line(tmp_path: Path, yaml_loader):
+    path = tmp_path / "x.yml"
+    path.write_text("a: 1\nb:\n  c: 1\n  c: 2\n")
+    with pytest.raises(ProvisionError) as err:
+        yaml_loader(path)
+    assert "'c' is written twice in one mapping, on line 3 and line 4" in err.value.message
+    assert err.value.where == f"{path}:4:3"
+    path.write_text("a: 1\nb: [1, 2\nc: 3\n")
+    with pytest.raises(ProvisionError) as err:
+        yaml_loader(path)
+    assert err.value.message.startswith("YAML syntax error:") and err.value.where.startswith(f"{path}:3:")
+    path.write_text("base: &b {c: 1}\nchild: {<<: *b, d: 2}\n")
+    assert yaml_loader(path) == {"base": {"c": 1}, "child": {"c": 1, "d": 2}}

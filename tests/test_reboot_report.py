@@ -41,7 +41,7 @@ def test_reboot_done_by_the_run_is_a_pass():
     report = _report_after({"required": True, "reason": "the loaded NVIDIA module is none, the installed one 535.309.01",
                             "rebooting": True, "why_not": ""})
     [check] = [c for c in report.hosts[0].checks if c.name == "reboot"]
-    assert check.status == "pass" and check.detail.startswith("rebooted to load the driver")
+    assert check.status == "pass" and check.detail.startswith("rebooted: the loaded NVIDIA module is")
 
 
 # The role's reboot decision (roles/nvidia_driver/vars/main.yml), on the shapes of what

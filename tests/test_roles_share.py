@@ -86,3 +86,52 @@ def test_the_comparison_sees_a_copied_flow():
     nccl = role_tasks()["nccl"]
     copied = [json.loads(json.dumps(t).replace("nccl", "copycat")) for t in nccl]
     assert len({_normalized("nccl", t) for t in nccl} & {_normalized("copycat", t) for t in copied}) >= 5
+
+
+def _playbook_roles() -> list[dict]:
+    entries = []
+    for book in sorted((ROLES.parent / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(book.read_text()) or []:
+            entries += [r for r in play.get("roles") or [] if isinstance(r, dict)]
+    for meta in sorted(ROLES.glob("*/meta/main.yml")):
+        entries += [r for r in (yaml.safe_load(meta.read_text()) or {}).get("dependencies") or []
+                    if isinstance(r, dict)]
+    return entries
+
+
+def test_what_a_role_manages_is_declared_once_in_its_vars_not_by_a_task():
+    """"Declare what this role manages" was a set_fact copied into 12 roles; it is now each
+    role's `<role>_managed` in vars/main.yml, read by site.yml's record after the roles ran."""
+    declaring_tasks = [f"{role}: {task.get('name')}" for role, tasks in role_tasks().items() for task in tasks
+                       if any(str(k).endswith("_managed") for k in (task.get("ansible.builtin.set_fact") or {}))]
+    assert not declaring_tasks, f"a role declares what it manages by a task again: {declaring_tasks}"
+    site = yaml.safe_load((ROLES.parent / "playbooks" / "site.yml").read_text())[0]
+    for name in site["vars"]["site_managed_state_vars"]:
+        role = name.removesuffix("_managed")
+        declared = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+        assert set(declared[name]) <= {"packages", "held_packages", "files", "units", "python_envs"}, name
+    # the record reads them by name, through the vars lookup (role vars are not hostvars)
+    (record,) = [t for t in site["post_tasks"]
+                 if (t.get("gpu_provisioner.node.provisioner_state") or {}).get("action") == "record"]
+    assert "query('ansible.builtin.vars', *site_managed_state_vars)" in record[
+        "gpu_provisioner.node.provisioner_state"]["managed"]
+
+
+def test_every_role_a_playbook_runs_carries_its_own_name_as_a_tag():
+    entries = _playbook_roles()
+    assert entries
+    for entry in entries:
+        short = entry["role"].rsplit(".", 1)[1]
+        assert short in (entry.get("tags") or []), f"{entry['role']} has no tag {short!r}"
+    tagged = {e["role"].rsplit(".", 1)[1] for e in entries}
+    # every role but the library role that others include with their own tags
+    assert tagged == {p.name for p in ROLES.iterdir() if (p / "tasks").is_dir()} - {"pinned_packages"}
+
+
+def test_a_run_limited_by_tags_neither_retires_nor_records():
+    """The post tasks carry no tag (not even `always`): under --tags they do not run, so a
+    partial run can never retire or re-record what the roles it skipped manage."""
+    site = yaml.safe_load((ROLES.parent / "playbooks" / "site.yml").read_text())[0]
+    assert "tags" not in site
+    for task in site["pre_tasks"] + site["post_tasks"]:
+        assert not task.get("tags"), task.get("name")

@@ -17,6 +17,7 @@ import pytest
 from provisioner import profiles
 from provisioner.judge import captures, verify
 from provisioner.engine import commands as engine_commands
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import mig_layout
 from tests.conftest import COLLECTION, DATA, REPO
 from tests.test_torch_probe import H100 as TORCH_H100
 from tests.test_verify import A100_MIG, V100S_8, A5000_2, B300_8, profile, gpus
@@ -30,7 +31,7 @@ def cmd(argv, stdout="", rc=0, stderr=""):
 
 
 def probe_shape(xml: str | None, topo: str = "", nvlink: str = "", log: str = "", module: str = "",
-                nvcc: str = "", torch: dict | None = None) -> dict:
+                nvcc: str = "", torch: dict | None = None, mig_lgi: str | None = None) -> dict:
     """A capture arranged as gpu_probe returns it (its argv, rc, stdout per command)."""
     commands = {"nvidia_smi_xml": cmd(["nvidia-smi", "-q", "-x"], xml or "", 0 if xml else 127),
                 "nvcc": cmd(["nvcc", "--version"], nvcc, 0 if nvcc else 127),
@@ -40,9 +41,13 @@ def probe_shape(xml: str | None, topo: str = "", nvlink: str = "", log: str = ""
         commands["nvlink"] = cmd(["nvidia-smi", "nvlink", "-s"], nvlink)
     if torch:
         commands["torch"] = torch
-    return {"probe": {"commands": commands, "module_version": module, "units": {}, "fabric_manager_version": "",
-                      "local_facts": {}, "gpus_seen": len(re.findall("<gpu id=", xml or "")), "nccl_binary": "",
-                      "dcgmi": False}}
+    probe = {"commands": commands, "module_version": module, "units": {}, "fabric_manager_version": "",
+             "local_facts": {}, "gpus_seen": len(re.findall("<gpu id=", xml or "")), "nccl_binary": "",
+             "dcgmi": False}
+    if mig_lgi is not None:   # as gpu_probe reads MIG (module_utils/mig_layout.py), JSON keys and all
+        commands["mig_lgi"] = cmd(["nvidia-smi", "mig", "-lgi"], mig_lgi)
+        probe["mig"] = {str(k): v for k, v in mig_layout.read_state(xml or "", 0, mig_lgi).items()}
+    return {"probe": probe}
 
 
 def names(checks):
@@ -61,6 +66,12 @@ def shapes(fixtures: Path):
                              verify={"require_persistence_mode": False}),
                      probe_shape((xml / "a100-sxm4-80gb-mig__535.54.03__telegraf.xml").read_text(), module="535.54.03",
                                  nvcc="Cuda compilation tools, release 12.2, V12.2.91")),
+        "a100-mig-layout": (profile("a100-train", hardware=gpus(1, "A100-SXM4-80GB", 80, gpu={"mig": True}),
+                                    driver={"branch": 535, "version": "535.54.03"},
+                                    mig={"layout": {"all": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}}),
+                            probe_shape((xml / "a100-sxm4-80gb-mig__535.54.03__telegraf.xml").read_text(), module="535.54.03",
+                                        mig_lgi=(REPO / "tests" / "data" / "mig" /
+                                                 "nvidia-smi-mig-lgi__a100-80gb__dcgm-issue-138.txt").read_text())),
         "a100-mig-expected": (A100_MIG, probe_shape((xml / "a100-sxm4-80gb-mig__535.54.03__telegraf.xml").read_text(),
                                                      module="535.54.03")),
         "v100s-load": (profile("h100-train", hardware=gpus(8, "V100S-PCIE-32GB", 32, interconnect="pcie"),
@@ -85,6 +96,14 @@ def shapes(fixtures: Path):
         "torch-gpu-hand-made": (profiles.load("h100-train").profile, probe_shape(None, torch=dict(
             cmd(["python", "-c", "..."], json.dumps(TORCH_H100)), ran=True))),
     }
+
+
+def test_the_mig_layout_is_judged_from_the_probes_mig_reading(shapes):
+    # The two captures come from different hosts (tests/data/mig/SOURCES.md): the -lgi layout
+    # matches the profile, but the XML has compute instances only on GPU instance 3 of them.
+    checks = names(verify.judge(*shapes["a100-mig-layout"]))
+    assert checks["mig"].status == "pass"
+    assert checks["mig layout"].status == "fail" and "GPU instance(s) 9, 10, 2 have no compute instance" in checks["mig layout"].detail
 
 
 def test_mig_on_fails_a_mig_off_profile_and_passes_a_mig_on_one(shapes):

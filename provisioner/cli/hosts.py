@@ -171,6 +171,9 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
                          "folder (yours, writable by no one else): its failed and untouched hosts, with its batch "
                          "and max-fail. Its hooks run only when given again (the printed resume line carries them) "
                          "or confirmed at a terminal.", rich_help_panel=ROLLING_PANEL)] = None,
+       yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not show the plan and ask before converging (a run "
+                                          "without a terminal, or with --json, never asks).",
+                                          rich_help_panel=CONVERGE_PANEL)] = False,
        rollback: Annotated[bool, typer.Option("--rollback", help="Return the hosts to the profile they ran before "
                            "their last change: its held versions, files and units. Each host's state record names "
                            "that profile's sha256; the profile is this controller's own copy (every profile up "
@@ -187,7 +190,9 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
     With --batch and --drain/--undrain/--gate: a rolling change, batch by batch (drain, converge,
     verify, gate, undrain), stopping at the first failed batch unless --max-fail allows more.
 
-    --rollback: back to the profile each host ran before its last change, from the controller's own copy."""
+    --rollback: back to the profile each host ran before its last change, from the controller's own copy.
+
+    On a terminal, up first shows what it would do (provision plan) and asks; --yes skips that."""
     from provisioner.engine import rolling
 
     # Hooks a stopped rollout's record holds and the command line did not give again are shown
@@ -220,9 +225,63 @@ def up(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: Fle
         if back is not None:
             back.check_target(target)
 
+    if _asks(yes, validated.as_json) and back is None and resume is None:
+        from dataclasses import replace
+
+        validated = replace(validated, become=validated.become.prompted())  # asked once, for the plan and the run
+        shown = _plan(session(ctx), profile, inventory, validated, check_target=check_target)
+        show_plan(session(ctx), shown, as_json=False, verbose=validated.verbose)
+        if not typer.confirm("Converge the hosts as planned?", default=False, err=True):
+            session(ctx).say("nothing was changed", to_err=True)
+            raise typer.Exit(shown.exit_code)
+
     talk_to_hosts(session(ctx), "up", profile, inventory, validated, check_target=check_target, strict=strict,
                   full=full, hooks=request.hooks or None,
                   resume_command=request.resume_command(profile, inventory, validated.batch, validated.max_fail))
+
+
+def _asks(yes: bool, as_json: bool) -> bool:
+    """Whether up shows the plan and asks first: only where a person reads and answers (stdin
+    and stdout a terminal), not with --yes or --json. Scripts, CI and cron never wait on it."""
+    return not yes and not as_json and sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _plan(s: Session, profile: str, inventory: Path, fleet: Fleet, check_target=None):
+    from provisioner.engine import commands
+    from provisioner.engine.plan import plan
+    from provisioner.engine.progress import Progress
+
+    target = commands.prepare(profile, inventory, fleet.files_root)  # everything validated before any host is touched
+    if check_target:
+        check_target(target)
+    _warn_dropped(s, target)
+    with ansible_verbosity(fleet.verbose), Progress(s.err, heartbeat=heartbeat_seconds()) as progress:
+        return plan(target, fleet.runs_dir, limit=fleet.limit, forks=fleet.forks, become=fleet.become.prompted(),
+                    hook=progress)
+
+
+def show_plan(s: Session, result, as_json: bool, verbose: int = 0) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
+        return
+    for line in result.lines(verbose=verbose > 0):
+        s.say(line)
+
+
+@app.command("plan")
+@friendly
+@fleet_options(without=("batch", "max_fail", "junit", "force"))
+def plan_command(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions) -> None:
+    """Read-only: what up would change on each host, and what that disrupts.
+
+    Packages to install, upgrade, downgrade or remove (exact versions), holds, and each host's
+    disruption: none, service restart, driver unload (every process and unit holding
+    /dev/nvidia*) or reboot. Exit 0: nothing to do; 2: changes pending; 1: an error."""
+    s = session(ctx)
+    validated = fleet.fleet()
+    result = _plan(s, profile, inventory, validated)
+    show_plan(s, result, validated.as_json, validated.verbose)
+    raise typer.Exit(result.exit_code)
 
 
 def _show_rollback(s: Session, back, *, to_err: bool) -> None:
@@ -247,13 +306,22 @@ def _show_rollback(s: Session, back, *, to_err: bool) -> None:
 @fleet_options()
 def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
           deep: Annotated[bool, typer.Option("--deep", help="Run the whole converge in check mode with diffs "
-                                                            "(slower; also sees what a changed profile would do).")] = False) -> None:
+                                                            "(slower; also sees what a changed profile would do).")] = False,
+          from_prometheus: Annotated[Optional[str], typer.Option(
+              "--from-prometheus", metavar="URL",
+              help="Read every host's state from this Prometheus (its base URL) in one query instead of "
+                   "asking the hosts: what each node's provision-state.timer published. A host whose data is "
+                   "missing or older than 3 timer intervals is unknown (exit 1).")] = None) -> None:
     """Drift: compare each host with the state recorded at its last converge; changes nothing.
 
     Names every managed package, hold, file and unit that moved since, and the profile's change.
 
     --deep runs the converge in check mode with diffs instead (slower); only --deep takes --batch
-    and --max-fail."""
+    and --max-fail. --from-prometheus reads what the nodes' timers published instead of asking
+    the hosts: one query for the whole fleet, the same verdicts."""
+    if from_prometheus is not None:
+        _check_from_prometheus(session(ctx), profile, inventory, fleet, from_prometheus, deep)
+        return
     if not deep and (fleet.batch is not None or fleet.max_fail is not None):
         # Plain check reads every host's record in one call per host, all hosts at once: batches
         # would change nothing but its speed, so taking the options and ignoring them misleads.
@@ -262,3 +330,24 @@ def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: 
                              fix="drop --batch/--max-fail, or add --deep to run the converge in check mode batch by "
                                  "batch")
     talk_to_hosts(session(ctx), "check", profile, inventory, fleet.fleet(), deep=deep)
+
+
+def _check_from_prometheus(s: Session, profile: str, inventory: Path, fleet: FleetOptions, url: str,
+                           deep: bool) -> None:
+    """check --from-prometheus: no host is contacted, so the options that shape a run on the
+    hosts are refused rather than ignored."""
+    from provisioner.engine import commands, prometheus
+
+    given = [name for name, on in (("--deep", deep), ("--batch", fleet.batch is not None),
+                                   ("--max-fail", fleet.max_fail is not None), ("--forks", fleet.forks is not None),
+                                   ("--ask-become-pass", fleet.ask_become_pass),
+                                   ("--become-password-file", fleet.become_password_file is not None)) if on]
+    if given:
+        raise ProvisionError(f"{given[0]} does nothing with --from-prometheus: no host is contacted",
+                             where=given[0], fix=f"drop {given[0]}, or drop --from-prometheus to ask the hosts")
+    options = fleet.fleet()
+    target = commands.prepare(profile, inventory, options.files_root)
+    _warn_dropped(s, target)
+    report = prometheus.check(target, url, runs_dir=options.runs_dir, limit=options.limit)
+    show(s, report, options.as_json, options.junit, force=options.force, verbose=options.verbose)
+    raise typer.Exit(report.exit_code)

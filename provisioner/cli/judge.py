@@ -20,10 +20,11 @@ def judge_command(
     ctx: typer.Context,
     profile: Profile,
     files: Annotated[list[Path], typer.Argument(help="Captured outputs: nvidia-smi (any form), nccl-tests, dcgmi, "
-                                                     "an exporter scrape, a kernel log.")],
+                                                     "an exporter scrape, a kernel log, nvbandwidth, acceptance "
+                                                     "measurements (scripts/gpu-machine-check).")],
     json_out: Json = False,
 ) -> None:
-    """Judge captured nvidia-smi / NCCL / DCGM output against a profile, touching no host.
+    """Judge captured nvidia-smi / NCCL / DCGM / nvbandwidth output against a profile, touching no host.
 
     Exit 0: every check passes; 2: a check fails; 1: an input could not be read, or a bad profile."""
     from provisioner import profiles

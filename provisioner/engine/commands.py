@@ -22,6 +22,7 @@ from provisioner.errors import ProvisionError
 from provisioner.judge import distro as distro_mod
 from provisioner.judge import kernels as kernels_mod
 from provisioner.judge import preflight as preflight_mod
+from provisioner.judge import scratch as scratch_mod
 from provisioner import profiles
 from provisioner.profiles import controller_files
 from provisioner.render import role_specs
@@ -116,7 +117,9 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
             state = result.reported.get("provisioner_state") or {}
             host.checks.extend(drift.recorded_profile_check(state if state.get("recorded") else {}, target, name))
             host.checks.extend(kernels_mod.judge_modules(profile, state.get("kernels")))
-            for item, detail in drift.state_drift(state) + drift.components_off(state, variables):
+            found = (drift.state_drift(state) + drift.components_off(state, variables)
+                     + drift.mig_drift(state, profile))
+            for item, detail in found + scratch_mod.problems(profile, state.get("scratch")):
                 host.changed_tasks.append(item)
                 host.diffs[item] = detail
             if host.changed_tasks:
@@ -138,7 +141,8 @@ def _verify_checks(profile, reported: dict):
     try:
         probe = (reported.get("provisioner_verify") or {}).get("probe") or {}
         return (verify_mod.judge(profile, reported.get("provisioner_verify", {}))
-                + kernels_mod.judge_modules(profile, probe.get("kernels")))
+                + kernels_mod.judge_modules(profile, probe.get("kernels"))
+                + scratch_mod.judge(profile, probe.get("scratch")))
     except Exception as exc:  # noqa: BLE001 - a judge bug fails this host's verify, the run goes on
         return [failed("verify", f"judging this host's verification report raised {type(exc).__name__}: {exc} "
                                  "(a bug: please report it with the run folder)")]
@@ -157,12 +161,13 @@ def _fold_surveyed(report: Report, run: PlaybookRun, target: Target, in_sync: se
 
 
 def _reboot_check(reboot: dict | None):
-    """A host the driver role found needing a reboot: rebooted by the run, or not and why."""
+    """A host a role found needing a reboot (the driver: a module to load; mig: MIG mode pending
+    and the GPU reset failed): rebooted by the run, or not and why."""
     if not reboot or not reboot.get("required"):
         return []
     reason = " ".join(str(reboot.get("reason", "")).split())
     if str(reboot.get("rebooting")).lower() == "true":
-        return [passed("reboot", f"rebooted to load the driver ({reason})")]
+        return [passed("reboot", f"rebooted: {reason}")]
     why = " ".join(str(reboot.get("why_not", "")).split())
     return [failed("reboot", f"needs a reboot, not done ({why}): {reason}. Reboot it, or set reboot.allowed: true "
                              "and re-run provision up (with --batch to reboot a few hosts at a time)")]

@@ -4,9 +4,14 @@ Pure functions over the module's result; preflight and check both use them."""
 
 from __future__ import annotations
 
-from provisioner.judge import kernels
+from provisioner.judge import kernels, mig
+from provisioner.profiles.models import Profile
 from provisioner.verdicts.checks import failed
 from provisioner.engine.target import Target
+
+
+# The drift item of packages dpkg left half-configured (also named so from Prometheus: engine/prometheus.py).
+DPKG_ITEM = "dpkg: packages left half-configured by an interrupted run"
 
 
 def state_drift(state: dict) -> list[tuple[str, str]]:
@@ -14,16 +19,23 @@ def state_drift(state: dict) -> list[tuple[str, str]]:
     (item, what changed) pairs, plus packages dpkg left half-configured."""
     found = [(d["item"], f"recorded: {d['recorded']}; now: {d['now']}") for d in state.get("differences") or []]
     if state.get("dpkg_audit"):
-        found.append(("dpkg: packages left half-configured by an interrupted run",
-                      " ".join(str(state["dpkg_audit"]).split())[:500]))
+        found.append((DPKG_ITEM, " ".join(str(state["dpkg_audit"]).split())[:500]))
     return found
 
 
+def mig_drift(state: dict, profile: Profile) -> list[tuple[str, str]]:
+    """The GPUs whose MIG mode or instances differ from mig.layout (instances lost at a reboot,
+    MIG mode off), from what provisioner_state read with `mig: true`."""
+    return mig.differences(profile, state.get("mig")) if profile.mig.layout else []
+
+
 def in_recorded_state(state: dict, target: Target, host: str | None = None) -> bool:
-    """Converged with this very profile, nothing managed has moved since, and every installed
-    kernel has the driver's module (a kernel installed since needs one built): no converge needed."""
+    """Converged with this very profile, nothing managed has moved since, every installed
+    kernel has the driver's module (a kernel installed since needs one built) and the MIG layout
+    is in place (lost at a reboot: up re-applies it): no converge needed."""
     return (bool(state.get("recorded")) and not state_drift(state) and not recorded_profile_check(state, target, host)
-            and not kernels.missing(target.loaded.profile, state.get("kernels") or {}))
+            and not kernels.missing(target.loaded.profile, state.get("kernels") or {})
+            and not mig_drift(state, target.loaded.profile))
 
 
 def recorded_profile_check(recorded: dict, target: Target, host: str | None = None):
@@ -53,15 +65,24 @@ def components_off(state: dict, variables: dict) -> list[tuple[str, str]]:
     """Components the host's record says it has and the profile turns off (or drops): what
     `provision up` would remove, as (item, what is left) pairs. `variables`: the profile's
     role variables (render.role_vars)."""
-    found = []
-    for role, items in sorted((state.get("components") or {}).items()):
-        switches = SWITCHES.get(role, (f"{role}_enabled",))
-        if not any(s in variables for s in switches) or any(variables.get(s) for s in switches):
-            continue
+    installed = {}
+    for role, items in (state.get("components") or {}).items():
         # Installed means packages or units; a role's own fact file stays while it is off.
         left = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(items[kind])}" for kind in
                          ("held_packages", "packages", "units") if items.get(kind))
-        if not left:
+        if left:
+            installed[role] = left
+    return off_components(installed, variables)
+
+
+def off_components(installed: dict[str, str], variables: dict) -> list[tuple[str, str]]:
+    """The roles of `installed` (role -> what of it the record lists) the profile turns off:
+    the record read over SSH (components_off) and the one Prometheus carries
+    (engine/prometheus.py) are judged here alike."""
+    found = []
+    for role, left in sorted(installed.items()):
+        switches = SWITCHES.get(role, (f"{role}_enabled",))
+        if not any(s in variables for s in switches) or any(variables.get(s) for s in switches):
             continue
         found.append((f"component {role} is off in the profile",
                       f"still on this host ({left}); provision up removes it"))

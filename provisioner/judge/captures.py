@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import yamlfile
-from provisioner.judge import verify
+from provisioner.judge import accept, containers, verify
 from provisioner.verdicts.checks import Check, failed
 from provisioner.profiles.models import Profile
-from provisioner.parsers import dcgm, kernel_log, nccl_tests, nvidia_smi
+from provisioner.parsers import containers as container_parsers
+from provisioner.parsers import dcgm, kernel_log, nccl_tests, nvbandwidth, nvidia_smi
 
 FORMS = ("nvidia-smi xml", "nvidia-smi csv", "nvidia-smi processes csv", "nvidia-smi table", "nvidia-smi -q",
          "nvidia-smi -L", "nvidia-smi --version", "nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi error",
-         "nccl-tests log", "dcgmi diag", "dcgmi discovery", "dcgm-exporter scrape", "kernel log", "nvcc --version")
+         "nccl-tests log", "dcgmi diag", "dcgmi discovery", "dcgm-exporter scrape", "kernel log", "nvcc --version",
+         "docker info", "nvidia-container-cli info", "CDI spec", "nvidia-ctk cdi list", "nvbandwidth",
+         "accept measurements")
 
 
 @dataclass
@@ -47,6 +50,10 @@ def detect(text: str) -> str | None:
         return "nvidia-smi error"
     if re.search(r"^# nThread \d+|^#\s+out-of-place\s+in-place|Avg bus bandwidth", text, re.M):
         return "nccl-tests log"
+    if re.search(r"^Running \w+\.\s*\n\s*memcpy .*bandwidth \(GB/s\)", text, re.M):
+        return "nvbandwidth"
+    if head.startswith("{") and '"provision_accept"' in head:
+        return "accept measurements"
     if re.search(r"^DCGM_FI_\w+\{", text, re.M):
         return "dcgm-exporter scrape"
     if re.search(r"\|\s*Diagnostic\s*\|\s*Result", text):
@@ -68,6 +75,15 @@ def detect(text: str) -> str | None:
         return "nvidia-smi topo -m"
     if re.search(r"Cuda compilation tools, release", text):
         return "nvcc --version"
+    if re.search(r"^\s*Runtimes: ", text, re.M) and re.search(r"^\s*(Default Runtime|Server Version):", text, re.M):
+        return "docker info"
+    if re.search(r"^NVRM version:\s+\S+\s*$", text, re.M) and re.search(r"^CUDA version:", text, re.M):
+        return "nvidia-container-cli info"
+    if re.search(r"^cdiVersion:", text, re.M) and re.search(r"^kind:", text, re.M):
+        return "CDI spec"
+    names = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("INFO[", "WARN["))]
+    if names and len(container_parsers.cdi_list(text)) == len(names):
+        return "nvidia-ctk cdi list"
     first = head.splitlines()[0] if head.splitlines() else ""
     if "," in first and re.search(r"\bpid\b", first):
         return "nvidia-smi processes csv"
@@ -120,8 +136,28 @@ def _judge(profile: Profile, form: str, text: str) -> list[Check]:
         return verify.judge_exporter(profile, dcgm.read_metrics(text))
     if form == "kernel log":
         return verify.judge_xid(profile, kernel_log.read_xids(text), None)
+    if form == "nvbandwidth":
+        try:
+            return accept.judge_nvbandwidth(profile, nvbandwidth.read(text))
+        except nvbandwidth.NvbandwidthError as exc:
+            raise nvidia_smi.Unreadable("nvbandwidth reader", text[:200], str(exc)) from None
+    if form == "accept measurements":
+        return accept.judge_capture(profile, text)
     if form == "nvcc --version":
         return verify.judge_cuda_toolkit(profile, {"rc": 0, "stdout": text})
+    return _judge_containers(profile, form, text)
+
+
+def _judge_containers(profile: Profile, form: str, text: str) -> list[Check]:
+    gpus = profile.hardware.gpu.count
+    if form == "docker info":
+        return containers.docker_runtime(container_parsers.docker_info(text))
+    if form == "nvidia-container-cli info":
+        return containers.container_cli(container_parsers.nvidia_container_cli_info(text), profile.driver.version, gpus)
+    if form == "CDI spec":
+        return containers.cdi_spec(container_parsers.cdi_spec(text), profile.driver.version, gpus)
+    if form == "nvidia-ctk cdi list":
+        return containers.cdi_names(container_parsers.cdi_list(text), gpus)
     raise AssertionError(form)
 
 

@@ -58,10 +58,9 @@ def judge(profile: Profile, offer: dict[str, Any] | None) -> list[Check]:
     checks = []
     for name, w in sorted(want.items()):
         versions = [o for o in offered.get(name) or [] if isinstance(o, dict) and o.get("version")]
-        fits = [o for o in versions if distro.matches(w, str(o["version"]))]
-        if fits:
-            best = distro.newest([str(o["version"]) for o in fits])
-            o = next(o for o in fits if o["version"] == best)
+        o = _pick(w, versions)
+        if o:
+            best = str(o["version"])
             source = sources.get((o.get("uri"), o.get("suite")), {})
             checks.append(passed(f"{PREFIX} {name}", f"{name} {best} from {o.get('uri')} {o.get('suite')} "
                                                      f"(Release Date: {_date(source)})"))
@@ -75,6 +74,29 @@ def judge(profile: Profile, offer: dict[str, Any] | None) -> list[Check]:
                                                  f"{_sources_read(offer)}; nearest versions it carries: "
                                                  f"{carried or 'no version of ' + name}. Fix: {field_fix}"))
     return checks
+
+
+def _pick(w: distro.Want, versions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The offer the role installs for `w`: the newest version that fits it."""
+    fits = [o for o in versions if distro.matches(w, str(o["version"]))]
+    if not fits:
+        return None
+    best = distro.newest([str(o["version"]) for o in fits])
+    return next(o for o in fits if o["version"] == best)
+
+
+def chosen(profile: Profile, offer: dict[str, Any] | None) -> dict[str, str]:
+    """{package: the exact version the role will install} from what the host's archive offers
+    (apt_offer), for the packages it offers a fitting version of: what `provision plan` shows."""
+    offered = (offer or {}).get("packages") if isinstance(offer, dict) else None
+    if not isinstance(offered, dict):
+        return {}
+    out = {}
+    for name, w in distro.wanted(profile).items():
+        o = _pick(w, [o for o in offered.get(name) or [] if isinstance(o, dict) and o.get("version")])
+        if o:
+            out[name] = str(o["version"])
+    return out
 
 
 def in_recorded_state(checks: list[Check]) -> list[Check]:

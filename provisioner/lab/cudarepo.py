@@ -142,6 +142,14 @@ PAYLOADS: dict[str, tuple[int, str]] = {
     # nvcc's --version, in the real 12.2 Update 2 wording (V12.2.140): the role checks the
     # release it names. It compiles nothing.
     "/usr/local/cuda-12.2/bin/nvcc": (0o755, _nvcc("2005-2023", "Cuda compilation tools, release 12.2, V12.2.140")),
+    # The NVIDIA Container Toolkit's programs (the stand-in of NVIDIA's libnvidia-container
+    # repository, lab/toolkitrepo.py), in the packages NVIDIA/nvidia-container-toolkit's
+    # packaging/debian/*.install puts them in: stubs that say so and exit 1. They configure
+    # no engine, generate no CDI spec and start no container.
+    **{f"/usr/bin/{tool}": (0o755, (
+        f"#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's {tool}: no NVIDIA software is installed.\n"
+        f"echo 'stand-in {tool}: a gpu-provisioner lab stub, it does nothing' >&2\nexit 1\n"))
+       for tool in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli")},
     # 12.8 Update 1's (cuda-nvcc-12-8 12.8.93-1), as public `nvcc --version` logs print it
     # (public-code index ids 66318288920, 28166917175).
     "/usr/local/cuda-12.8/bin/nvcc": (0o755, _nvcc("2005-2025", "Built on Fri_Feb_21_20:23:50_PST_2025",
@@ -232,7 +240,7 @@ def _control(name: str, pkg: StandInPackage, m: Manifest) -> str:
             lines.append(f"{field}: {', '.join(values)}")
     lines.append(f"Description: gpu-provisioner test stand-in for NVIDIA's {name} {pkg.version}")
     lines.append(f" Metadata only (name, version, a subset of the dependencies, as in {m.path} of NVIDIA's")
-    lines.append(" CUDA repository, per the lab's stand-in manifest). It contains no NVIDIA software.")
+    lines.append(f" {m.repository}, per the lab's stand-in manifest). It contains no NVIDIA software.")
     return "\n".join(lines) + "\n"
 
 

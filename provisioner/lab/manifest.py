@@ -80,6 +80,7 @@ class Manifest(_Strict):
     flavour: str
     path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
     url: str                 # the real repository it stands in for, for reference
+    repository: str = "CUDA repository"   # what the packages' Description says they stand in for
     release: Release
     base_packages: list[str]
     packages: dict[str, list[StandInPackage]]

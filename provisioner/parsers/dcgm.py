@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 
 @dataclass
 class Scrape:
@@ -19,6 +17,10 @@ class Scrape:
 
 def read_metrics(text: str) -> Scrape:
     """A Prometheus exposition from dcgm-exporter, parsed with prometheus_client's own parser."""
+    # Imported here: the package's __init__ pulls its HTTP server in, which a judge of an
+    # nvidia-smi capture or `profiles` never needs.
+    from prometheus_client.parser import text_string_to_metric_families
+
     scrape = Scrape()
     mig = set()
     for family in text_string_to_metric_families(text):

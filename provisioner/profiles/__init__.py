@@ -230,13 +230,13 @@ def to_yaml(profile: Profile) -> str:
 
 
 def digest(profile: Profile) -> str:
-    """A stable hash of what the profile asks for; hosts record it to detect profile changes."""
-    data = as_dict(profile)
-    if not data.get("inventory_overrides"):  # unset: the digest hosts recorded before the field existed
-        data.pop("inventory_overrides", None)
-    if not data["cuda"].get("forward_compat"):  # likewise for cuda.forward_compat (issue 15)
-        data["cuda"].pop("forward_compat", None)
-    if not data["dcgm"]["enabled"]:  # the exporter's flag kept its default with DCGM off until issue 28
-        data["dcgm"]["exporter"]["enabled"] = True
+    """A stable hash of what the profile asks for; hosts record it to detect profile changes.
+
+    Fields at their defaults are left out, so a release that adds a field leaves every
+    digest a host recorded as it was (no per-field exceptions here). The other side of
+    that: a changed default would not change a digest, so defaults are frozen
+    (tests/test_profile_digest.py); a new behaviour is a new field or value.
+    """
+    data = profile.model_dump(mode="json", exclude={"extends"}, exclude_defaults=True)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

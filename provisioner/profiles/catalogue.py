@@ -17,6 +17,7 @@ finds the revision the index carries.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from functools import cmp_to_key
@@ -91,7 +92,6 @@ class Snapshot(_Strict):
 
 
 class Catalogue(_Strict):
-    snapshot: dict | None = None   # {date, method, packages_sha256}: what this snapshot is and when
     flavour: str
     snapshot: Snapshot | None = None
     path: str                # e.g. ubuntu2204/x86_64: the repository's directory under .../repos/
@@ -165,9 +165,19 @@ def flavours() -> list[str]:
 def load(flavour: str = "ubuntu2204", path: Path | None = None) -> Catalogue:
     """Read and validate one flavour's catalogue (or the file at `path`)."""
     path = Path(path) if path else CATALOGUE_DIR / f"{flavour}.yml"
-    if not path.exists():
+    try:
+        st = path.stat()
+    except OSError:
         raise ProvisionError(f"no package catalogue for {flavour!r}", where=str(path),
-                             fix=f"one of: {', '.join(flavours())}")
+                             fix=f"one of: {', '.join(flavours())}") from None
+    return _load(path.resolve(), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path, mtime_ns: int, size: int) -> Catalogue:
+    """Parsed once per process and file version: `provision profiles` loads the nine
+    built-ins, and each one's snapshot advisory read the same file again. The models are
+    frozen, so the one object can be shared."""
     data = read_yaml(path)
     try:
         cat = Catalogue.model_validate(data)

@@ -24,7 +24,6 @@ import dataclasses
 import functools
 import os
 import re
-import ssl
 import stat
 from pathlib import Path
 
@@ -170,6 +169,8 @@ def _check(root: Path, item: Named) -> Path:
 def pem_problem(data: bytes) -> str | None:
     """Why `data` is not PEM certificates and nothing else, or None when it is. Text around
     the blocks (openssl x509 -text, comments) is allowed; any other PEM block is not."""
+    import ssl  # only a profile that names a CA file pays for OpenSSL's bindings
+
     labels = [label.decode("ascii", "replace") for label in _BEGIN.findall(data)]
     if any("PRIVATE KEY" in label for label in labels):
         return "holds a private key: a CA file holds certificates only, and a key never leaves the controller"

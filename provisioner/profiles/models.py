@@ -10,11 +10,14 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, model_validator
 
+from provisioner.profiles import mig
 from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
                                      PipRequirement, RepoUrl, SingleLine, UrlOrControllerPath, UrlOrPath,
                                      WebUrl)
+from provisioner.profiles.storage import Storage
+from provisioner.profiles.strict import Strict
 
 DRIVER_VERSION = r"^\d{3}\.\d{2,3}(\.\d{2,3})?$"
 CUDA_VERSION = r"^\d{2}\.\d$"
@@ -42,11 +45,6 @@ KeyFingerprint = Annotated[str, AfterValidator(check_fingerprint), Field(example
 DriverVersion = Annotated[str, Field(pattern=DRIVER_VERSION, examples=["535.129.03"])]
 CudaVersion = Annotated[str, Field(pattern=CUDA_VERSION, examples=["12.2"])]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-
-
-class Strict(BaseModel):
-    # allow_inf_nan=False: .inf or .nan as a floor would pass or fail every host whatever it measures.
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 # --- hardware expectations ---------------------------------------------------------
@@ -383,6 +381,26 @@ class Mirrors(Strict):
                                           "root on the controller")
 
 
+class AcceptFloors(Strict):
+    """Floors the profile sets for acceptance measurements; each wins over the cited floors in
+    data/gpu_skus.yml. Left out: the cited floor, or none (the figure is reported as uncalibrated,
+    never failed). The one-node all-reduce floor is verify.nccl_min_busbw_gbps."""
+    gemm_fp32_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM fp32 floor per GPU, TFLOPS")
+    gemm_tf32_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM tf32 floor per GPU, TFLOPS")
+    gemm_fp16_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM fp16 floor per GPU, TFLOPS")
+    gemm_bf16_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM bf16 floor per GPU, TFLOPS")
+    gemm_fp8_tflops: float | None = Field(None, gt=0, le=100000, description="GEMM fp8 floor per GPU, TFLOPS")
+    memory_gbps: float | None = Field(None, gt=0, le=100000, description="device memory bandwidth floor per GPU, GB/s")
+    h2d_gbps: float | None = Field(None, gt=0, le=100000, description="host-to-device copy floor per GPU, GB/s")
+    d2h_gbps: float | None = Field(None, gt=0, le=100000, description="device-to-host copy floor per GPU, GB/s")
+    d2d_gbps: float | None = Field(None, gt=0, le=100000, description="GPU-to-GPU copy floor per pair, GB/s")
+
+
+class Accept(Strict):
+    """Acceptance: measured throughput judged against floors (docs/acceptance.md)."""
+    floors: AcceptFloors = Field(default_factory=AcceptFloors, description="the profile's own floors per measurement")
+
+
 class Verify(Strict):
     nccl_min_busbw_gbps: float | None = Field(
         None, ge=0, le=10000, description="all_reduce_perf bus bandwidth floor at the largest message size, GB/s")
@@ -428,6 +446,22 @@ class Network(Strict):
     def floor_gbps(self) -> float | None:
         return self.min_gbps if self.min_gbps is not None else (
             round(0.7 * self.ethernet_gbps, 3) if self.ethernet_gbps else None)
+
+
+MigProfileName = Annotated[str, Field(pattern=r"^[1-8]g\.[0-9]{1,3}gb(\+me)?$", examples=["1g.18gb", "3g.71gb"])]
+
+
+class Mig(Strict):
+    """MIG instances the mig role creates and keeps across reboots (left empty: MIG is not managed)."""
+    layout: dict[Literal["all"] | Annotated[int, Field(ge=0, le=15)],
+                 Annotated[list[MigProfileName], Field(min_length=1, max_length=7)]] = Field(
+        default_factory=dict,
+        description="GPU instances per GPU in NVIDIA's profile names for the model (1g.18gb, 3g.71gb, ...): "
+                    "`all: [...]` for every GPU, or per GPU index (`0: [...]`); each gets one compute instance. "
+                    "Checked against the model's placements (data/mig.yml); needs hardware.gpu.mig: true")
+    reconfigure_in_use: bool = Field(
+        False, description="may the role destroy GPU instances that differ from the layout while processes use "
+                           "them (false: such a GPU is left as it is and reported)")
 
 
 class Reboot(Strict):
@@ -483,10 +517,15 @@ class Profile(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors, description="where packages come from: only mirrored and "
                                                                   "air-gapped sites set these")
     verify: Verify = Field(default_factory=Verify, description="what verify demands beyond the hardware section")
+    accept: Accept = Field(default_factory=Accept, description="acceptance floors: what a measurement must reach")
     reboot: Reboot = Field(default_factory=Reboot, description="whether the plays may reboot hosts")
+    mig: Mig = Field(default_factory=Mig, description="MIG layout: GPU instances created, persisted across reboots "
+                                                       "and verified (off when left out)")
     network: Network = Field(default_factory=Network, description="what verify --network and --ddp measure")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="the node's own timer and "
                                                                            "node_exporter")
+    storage: Storage = Field(default_factory=Storage, description="local disks the node is shaped with: NVMe "
+                                                                  "scratch")
     inventory_overrides: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
         description="role variables this profile renders that a site may still set per host or group in its "
@@ -547,6 +586,34 @@ class Profile(Strict):
                 raise ValueError(f"{seen[port]} and {name} are both {port}: two services of one host cannot listen "
                                  "on one port; give each its own")
             seen[port] = name
+        return self
+
+    @model_validator(mode="after")
+    def _mig_layout_fits(self) -> Profile:
+        # Refused here, before any host: a layout the GPU cannot hold, or one for a model whose
+        # table nobody published (no guessing).
+        layout, gpu = self.mig.layout, self.hardware.gpu
+        if not layout:
+            return self
+        if "all" in layout and len(layout) > 1:
+            raise ValueError("mig.layout: give `all` or GPU indices, not both")
+        if not gpu.mig:
+            raise ValueError("mig.layout needs MIG mode: set hardware.gpu.mig: true (verify then expects it on)")
+        if gpu.count < 1:
+            raise ValueError("mig.layout needs GPUs: hardware.gpu.count is 0")
+        for key in layout:
+            if key != "all" and key >= gpu.count:
+                raise ValueError(f"mig.layout.{key}: GPU index {key} does not exist on a host with "
+                                 f"hardware.gpu.count {gpu.count} (indices 0-{gpu.count - 1})")
+        model = mig.model_for(gpu.model or "")
+        if model is None:
+            raise ValueError(f"mig.layout: no MIG table for GPU model {gpu.model!r} (known: "
+                             f"{', '.join(mig.known_models())}, provisioner/data/mig.yml); a layout is only "
+                             "accepted where NVIDIA's profiles and placements for the model are known")
+        for key, names in layout.items():
+            problem = mig.layout_error(model, names, f"mig.layout.{key}")
+            if problem:
+                raise ValueError(problem)
         return self
 
     @property

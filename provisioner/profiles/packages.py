@@ -18,12 +18,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from provisioner.profiles import aptindex, catalogue, compat
+from provisioner.profiles import catalogue, compat
 from provisioner.profiles.catalogue import Catalogue
 from provisioner.errors import ProvisionError
 from provisioner.profiles.models import Profile
+
+if TYPE_CHECKING:  # aptindex (urllib, ssl, gzip, lzma) is imported where an index is read
+    from provisioner.profiles import aptindex
 
 # The CUDA repository folder NVIDIA publishes for each OS a profile can name.
 OS_FLAVOUR = {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404", "debian-12": "debian12"}
@@ -213,6 +216,8 @@ class Plan:
 
 def repository(p: Profile, cat: Catalogue) -> aptindex.Repository:
     """The repository the hosts will use: the profile's mirror, else NVIDIA's, and its key."""
+    from provisioner.profiles import aptindex
+
     m = p.mirrors
     url = f"{str(m.cuda_repo_url).rstrip('/')}/{cat.path}/" if m.cuda_repo_url else cat.url
     return aptindex.Repository(url=url, key_url=str(m.cuda_repo_key_url or f"{url}{cat.key.file}"),
@@ -229,6 +234,8 @@ def resolve(p: Profile, mode: Mode = "live") -> Plan:
     snap = load_catalogue(p)
     if os.environ.get(INDEX_ENV, "") == "snapshot" or mode == "snapshot":
         return Plan(plan(p, snap), snap.origin)
+    from provisioner.profiles import aptindex
+
     repo = repository(p, snap)
     index = aptindex.cached(repo) if mode == "recorded" else None
     index = index or aptindex.read(repo)

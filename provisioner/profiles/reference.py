@@ -66,6 +66,8 @@ def type_name(annotation: Any) -> str:
         return " or ".join(named) + (" or null" if type(None) in args else "")
     if origin is list:
         return f"list of {type_name(args[0])}"
+    if origin is dict:
+        return f"mapping of {type_name(args[0])} to {type_name(args[1])}"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "section"
     return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(annotation, str(annotation))

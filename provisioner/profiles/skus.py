@@ -59,3 +59,68 @@ def thresholds(profile: Profile, gpu_name: str) -> Thresholds:
         nccl_busbw_floor_gbps=verify.nccl_min_busbw_gbps if verify.nccl_min_busbw_gbps is not None
         else entry.get("nccl_busbw_floor_gbps"),
         retired_pages_max=entry["retired_pages_max"])
+
+
+# Acceptance: what a GPU's datasheet promises and which cited floors apply (data/gpu_skus.yml).
+MEASURES = {  # measure -> (what it is, unit, the datasheet figure it is read against)
+    "allreduce_busbw_gbps": ("all-reduce bus bandwidth on one node", "GB/s", "nvlink_gbps"),
+    "fleet_allreduce_busbw_gbps": ("all-reduce bus bandwidth across hosts", "GB/s", None),
+    "gemm_fp32_tflops": ("GEMM fp32", "TFLOPS", "fp32"),
+    "gemm_tf32_tflops": ("GEMM tf32", "TFLOPS", "tf32"),
+    "gemm_fp16_tflops": ("GEMM fp16", "TFLOPS", "fp16"),
+    "gemm_bf16_tflops": ("GEMM bf16", "TFLOPS", "bf16"),
+    "gemm_fp8_tflops": ("GEMM fp8", "TFLOPS", "fp8"),
+    "memory_gbps": ("device memory bandwidth", "GB/s", "memory_gbps"),
+    "h2d_gbps": ("host-to-device copy bandwidth", "GB/s", None),
+    "d2h_gbps": ("device-to-host copy bandwidth", "GB/s", None),
+    "d2d_gbps": ("GPU-to-GPU copy bandwidth per pair", "GB/s", "nvlink_gbps"),
+}
+
+
+@dataclass(frozen=True)
+class Floor:
+    value: float | None  # None: uncalibrated (no cited floor applies)
+    basis: str           # where the floor comes from, or why there is none
+    peak: float | None   # the datasheet peak it is read against, when one is cited
+    peak_source: str
+
+
+def datasheet_peak(gpu_name: str, measure: str) -> tuple[float | None, str]:
+    """The datasheet figure `measure` is read against for this GPU, with its source."""
+    key = MEASURES[measure][2]
+    sheet = sku(gpu_name).get("datasheet") or {}
+    if key in (sheet.get("tflops") or {}):
+        return float(sheet["tflops"][key]), sheet["tflops_source"]
+    if key == "memory_gbps" and "memory_gbps" in sheet:
+        return float(sheet["memory_gbps"]), sheet["memory_source"]
+    if key == "nvlink_gbps" and "nvlink_gbps" in sheet:
+        return float(sheet["nvlink_gbps"]), sheet["nvlink_source"]
+    return None, ""
+
+
+def _applies(where: dict, gpu_name: str, gpus: int, interconnect: str) -> bool:
+    return (("match" not in where or where["match"].lower() in (gpu_name or "").lower())
+            and ("gpus" not in where or where["gpus"] == gpus)
+            and ("interconnect" not in where or interconnect in where["interconnect"]))
+
+
+def floor(profile: Profile, gpu_name: str, gpus: int, measure: str) -> Floor:
+    """The floor `measure` is judged against: the profile's (accept.floors, or for the one-node
+    all-reduce verify.nccl_min_busbw_gbps and the SKU's nccl_busbw_floor_gbps), else the most
+    specific cited published floor that applies, else none (uncalibrated)."""
+    peak, peak_source = datasheet_peak(gpu_name, measure)
+    own = getattr(profile.accept.floors, measure, None)
+    if own is not None:
+        return Floor(own, f"profile accept.floors.{measure}", peak, peak_source)
+    if measure == "allreduce_busbw_gbps":
+        cut = thresholds(profile, gpu_name)
+        if cut.nccl_busbw_floor_gbps is not None:
+            origin = ("profile verify.nccl_min_busbw_gbps" if profile.verify.nccl_min_busbw_gbps is not None
+                      else f"SKU {sku(gpu_name).get('match', '?')}: {sku(gpu_name).get('basis', '')}")
+            return Floor(cut.nccl_busbw_floor_gbps, origin, peak, peak_source)
+    found = [f for f in _data("gpu_skus.yml").get("published_floors", [])
+             if f["measure"] == measure and _applies(f["where"], gpu_name, gpus, profile.hardware.interconnect)]
+    if found:
+        best = max(found, key=lambda f: len(f["where"]))
+        return Floor(float(best["gbps"]), f"{best['basis']} ({best['source']})", peak, peak_source)
+    return Floor(None, "no cited floor for this GPU and node", peak, peak_source)

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.profiles import compat, distro, packages, skus
+from provisioner.profiles import compat, distro, mig, packages, skus
 from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
@@ -67,10 +67,15 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
     "gpu_verify_infiniband": "hardware.infiniband",
+    "gpu_verify_packages": "(every package the profile's versions pin: driver, cuda, libraries, dcgm)",
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
     "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
+    **{f"scratch_{name}": f"storage.scratch.{name}" for name in (
+        "enabled", "devices", "all_unused_nvme", "layout", "filesystem", "mount_point", "mount_options",
+        "device_timeout_s", "owner", "mode", "wipe")},
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
+    "mig_layout": "mig.layout", "mig_reconfigure_in_use": "mig.reconfigure_in_use",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
     "state_timer_node_exporter_listen_address": "monitoring.node_exporter.listen_address",
     "state_timer_node_exporter_port": "monitoring.node_exporter.port",
@@ -199,6 +204,10 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "nvidia_driver_secure_boot": p.driver.secure_boot,
         "fabric_manager_enabled": bool(p.fabric_manager.enabled),
         "fabric_manager_version": p.fabric_manager.version or p.driver.version,
+        # per GPU index, largest instance first (the order the placement check fitted them in)
+        "mig_layout": {str(i): names for i, names in
+                       mig.per_gpu(p.mig.layout, p.hardware.gpu.count, p.hardware.gpu.model or "").items()},
+        "mig_reconfigure_in_use": p.mig.reconfigure_in_use,
         "fabric_manager_nvlink5": compat.nvlink5(p),
         "cuda_toolkit_enabled": p.cuda.enabled,
         "cuda_toolkit_source": p.cuda.source,
@@ -218,12 +227,17 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "dcgm_exporter_run_as": exporter.run_as,
         "dcgm_exporter_dcgm_pins": pins.get("dcgm", {}),
         "dcgm_exporter_package_pins": pins.get("dcgm_exporter", {}),
+        # What up's survey reads back of each package (installed version, hold): `provision plan`.
+        "gpu_verify_packages": sorted({n for component in pins.values() for n in component} | set(distro.packages(p))),
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
         "gpu_verify_infiniband": p.hardware.infiniband,
         "network_iperf3": p.network.iperf3,
         **_infiniband(p),
         **_state_timer(p),
+        # Only when on: the role's own defaults keep it off, and a profile without it renders as before.
+        **({f"scratch_{name}": value for name, value in p.storage.scratch.model_dump().items()}
+           if p.storage.scratch.enabled else {}),
     }
     if p.python_envs:
         out["python_env_conda_channels"] = m.conda_channels

@@ -18,7 +18,7 @@ from provisioner import __version__
 from provisioner.reports.report import EXIT_ERROR, EXIT_FAILED_CHECKS, EXIT_OK, Report
 
 TEMPLATES = paths.TEMPLATES_DIR
-_STATUSES = ("ok", "changed", "drift", "not-verified", "failed", "unreachable")
+_STATUSES = ("ok", "changed", "drift", "not-verified", "failed", "unreachable", "unknown")
 _CHECKS = ("pass", "fail", "skip")
 
 
@@ -47,7 +47,7 @@ def _host_view(h: dict[str, Any]) -> dict[str, Any]:
     checks = h.get("checks") or []
     counts = Counter(c.get("status") for c in checks)
     status = str(h.get("status", "?"))
-    bad = status in ("failed", "unreachable") or counts["fail"]
+    bad = status in ("failed", "unreachable", "unknown") or counts["fail"]
     warn = status in ("drift", "changed", "not-verified")
     if counts["fail"] and status in ("ok", "changed"):
         status = "failed"  # every task ran, but a check failed: never shown as ok

@@ -10,9 +10,11 @@ JSON shape (stable; new keys may be added, none removed or renamed):
   "rollout": null, or for a rolling up: {"batch": "1", "batches": [["n1"], ["n2"]], "done": [...], "failed": [...],
               "untouched": [...], "stopped_at": 2 or null, "resume_command": "provision up ... (without --limit)",
               "hooks": {"drain": "CMD", "undrain": "CMD", "gate": "CMD"}, "hook_timeout": 600},
-  "summary": {"hosts": 30, "ok": 27, "changed": 3, "drifted": 0, "failed": 2, "unreachable": 1},
-  "hosts": [{"name": "node1", "status": "ok|changed|drift|failed|unreachable|not-verified",
-             "outcome": "ok|drifted|failed|unreachable|not-verified",
+  "summary": {"hosts": 30, "ok": 27, "changed": 3, "drifted": 0, "failed": 2, "unreachable": 1, "unknown": 0},
+  "source": null, or for `check --from-prometheus`: {"prometheus": "URL", "evaluated": "ISO-8601 UTC",
+             "max_age_s": 900, "ignored_series": 0},
+  "hosts": [{"name": "node1", "status": "ok|changed|drift|failed|unreachable|not-verified|unknown",
+             "outcome": "ok|drifted|failed|unreachable|not-verified|unknown",
              "changed_tasks": [...], "diffs": {"task": "unified diff or message"}, "failures": [...],
              "checks": [{"name": "...", "status": "pass|fail|skip", "detail": "..."}]}]
 }
@@ -30,7 +32,8 @@ from provisioner.errors import ProvisionError
 from provisioner.verdicts.checks import Check
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED_CHECKS = 0, 1, 2
-HOST_STATUSES = ("ok", "changed", "drift", "not-verified", "failed", "unreachable")
+# unknown: `check --from-prometheus` found no fresh, whole state for the host (engine/prometheus.py).
+HOST_STATUSES = ("ok", "changed", "drift", "not-verified", "failed", "unreachable", "unknown")
 CHECK_STATUSES = ("pass", "fail", "skip")
 
 
@@ -45,8 +48,9 @@ class HostReport:
 
     @property
     def broken(self) -> bool:
-        """Ansible could not finish with this host: a task failed or it was unreachable."""
-        return self.status in ("failed", "unreachable")
+        """Ansible could not finish with this host (a task failed, it was unreachable), or its
+        state could not be known (no fresh data in Prometheus): never ok, exit 1."""
+        return self.status in ("failed", "unreachable", "unknown")
 
     @property
     def falls_short(self) -> bool:
@@ -58,8 +62,8 @@ class HostReport:
         """What a person needs to know first: ok, drifted, failed or unreachable. A host with
         any failed check is failed, whatever Ansible said about its tasks (a host that ran
         every task but failed verification is never shown as ok)."""
-        if self.status == "unreachable":
-            return "unreachable"
+        if self.status in ("unreachable", "unknown"):
+            return self.status
         if self.status == "failed" or any(c.status == "fail" for c in self.checks):
             return "failed"
         if self.status == "not-verified":  # a rollout stopped before this host's batch
@@ -96,6 +100,9 @@ class Report:
     # A rolling `up` (--drain/--undrain/--gate): its batches, the hosts done, failed and
     # untouched, where it stopped (engine/rolling.py writes it; None for other runs).
     rollout: dict[str, Any] | None = None
+    # Where the hosts' state came from when it was not read from them: `check --from-prometheus`
+    # (engine/prometheus.py writes it; None when the hosts were asked).
+    source: dict[str, Any] | None = None
 
     @property
     def stopped(self) -> bool:
@@ -124,7 +131,9 @@ class Report:
         if self.errors:
             return f"error: Ansible stopped before reaching the hosts ({len(self.errors)} message(s) above)"
         if bad:
-            return f"{len(bad)} of {total} host(s) failed or unreachable: {', '.join(bad)}"
+            what = "failed, unreachable or unknown" if any(h.status == "unknown" for h in self.hosts) \
+                else "failed or unreachable"
+            return f"{len(bad)} of {total} host(s) {what}: {', '.join(bad)}"
         if failing:
             what = "drifted from" if self.command == "check" else "do not meet"
             return f"{len(failing)} of {total} host(s) {what} profile {self.profile}: {', '.join(failing)}"
@@ -134,7 +143,7 @@ class Report:
     def summary(self) -> dict[str, int]:
         """Hosts per outcome (changed hosts are ok, and also counted as changed)."""
         counts = {"hosts": len(self.hosts), "ok": 0, "changed": 0, "drifted": 0, "failed": 0, "unreachable": 0,
-                  "not-verified": 0}
+                  "not-verified": 0, "unknown": 0}
         for host in self.hosts:
             counts[host.outcome] += 1
             counts["changed"] += host.outcome == "ok" and host.status == "changed"
@@ -173,7 +182,7 @@ class Report:
             "inventory": self.inventory, "run_dir": str(self.run_dir), "started": self.started, "finished": self.finished,
             "interrupted": self.interrupted, "exit_code": self.exit_code, "verdict": self.verdict,
             "errors": self.errors, "retry": self.retry_command(), "summary": self.summary(), "rollout": self.rollout,
-            "hosts": [h.as_dict() for h in self.hosts],
+            "source": self.source, "hosts": [h.as_dict() for h in self.hosts],
         }
 
     @classmethod
@@ -200,6 +209,7 @@ class Report:
                 finished=str(data.get("finished", "")), interrupted=bool(data.get("interrupted", False)),
                 hosts=hosts, errors=[str(e) for e in data.get("errors", [])],
                 rollout=data.get("rollout") if isinstance(data.get("rollout"), dict) else None,
+                source=data.get("source") if isinstance(data.get("source"), dict) else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProvisionError(f"report.json is missing a field the report needs: {exc}",

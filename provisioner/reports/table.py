@@ -11,7 +11,7 @@ from provisioner.reports.report import EXIT_FAILED_CHECKS, EXIT_OK, Report
 
 STATUS_STYLE = {"ok": "green", "changed": "yellow", "drift": "yellow", "drifted": "yellow", "failed": "red",
                 "not-verified": "yellow",
-                "unreachable": "red", "pass": "green", "fail": "red", "skip": "dim"}
+                "unreachable": "red", "unknown": "red", "pass": "green", "fail": "red", "skip": "dim"}
 # What one host line holds before it says "… N more": the line stays readable in a CI log.
 PROBLEMS_PER_LINE = 3
 PROBLEM_CHARS = 200
@@ -23,7 +23,17 @@ def summary_line(report: Report) -> str:
     changed = f" ({counts['changed']} changed)" if counts["changed"] else ""
     return (f"{counts['hosts']} host(s): {counts['ok']} ok{changed}, {counts['drifted']} drifted, "
             f"{counts['failed']} failed, {counts['unreachable']} unreachable"
-            + (f", {counts['not-verified']} not verified" if counts["not-verified"] else ""))
+            + (f", {counts['not-verified']} not verified" if counts["not-verified"] else "")
+            + (f", {counts['unknown']} unknown" if counts["unknown"] else ""))
+
+
+def source_line(source: dict) -> str:
+    """Where the state came from when the hosts were not asked (check --from-prometheus)."""
+    ignored = source.get("ignored_series") or 0
+    return (f"state from Prometheus {source.get('prometheus')} at {source.get('evaluated')}; a host's data older "
+            f"than {source.get('max_age_s')} s is unknown"
+            + (f"; {ignored} series named no host of this inventory at its own address and were ignored"
+               if ignored else ""))
 
 
 def host_line(host) -> str:
@@ -48,6 +58,8 @@ def render_table(report: Report, console, *, verbose: int = 0) -> None:
 
     say(f"provision {escape(report.command)} · profile {escape(report.profile)} · "
         f"[bold {colour}]{escape(summary_line(report))}[/]")
+    if report.source:
+        say(escape(source_line(report.source)))
     for host in report.hosts:
         if host.outcome != "ok":
             say(f"  [{STATUS_STYLE[host.outcome]}]{escape(host_line(host))}[/]")

@@ -160,8 +160,9 @@ def secure_boot() -> dict:
     return {"state": "unknown", "source": "", "detail": "mokutil is not installed and the EFI variable is unreadable"}
 
 
-def read() -> dict:
-    """Everything the controller judges about kernels and Secure Boot, read-only."""
+def read(with_secure_boot: bool = True) -> dict:
+    """Everything the controller judges about kernels and Secure Boot, read-only.
+    with_secure_boot False (the node's timer: check does not judge it): mokutil is not run."""
     found = kernel_images(glob.glob("/boot/vmlinuz-*"), [d for d in glob.glob("/lib/modules/*") if os.path.isdir(d)])
     return {
         "running": os.uname().release,
@@ -171,6 +172,6 @@ def read() -> dict:
         # No DKMS on the host: nothing could have built a module.
         "dkms_rc": 0 if shutil.which("dkms", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") else 127,
         "dkms_error": "",
-        "secure_boot": secure_boot(),
+        "secure_boot": secure_boot() if with_secure_boot else {},
         "in_container": in_container(),
     }

@@ -17,10 +17,26 @@ The textfile (node_exporter's textfile collector reads it) holds, and only holds
   gpu_provisioner_last_run_timestamp_seconds
   gpu_provisioner_last_run_success                        1: the state was read and compared
 
+and, so that `provision check --from-prometheus` judges exactly what `provision check` does
+(provisioner/engine/prometheus.py reads them back), when the state was read:
+
+  gpu_provisioner_components                              how many component series follow
+  gpu_provisioner_component_items{component}              held packages, packages and units the record
+                                                          lists for a role (what `check` calls installed)
+  gpu_provisioner_kernel_images                           installed kernel images, all of them
+  gpu_provisioner_kernel_image{kernel} 1                  one per installed image, at most MAX_KERNELS
+  gpu_provisioner_dkms_modules                            NVIDIA DKMS (version, kernel) entries, all
+  gpu_provisioner_dkms_module{module,version,kernel,state} 1   one per entry (kernel "" for a version
+                                                          DKMS only has the source of), at most MAX_MODULES
+  gpu_provisioner_dkms_available                          1: dkms is installed
+  gpu_provisioner_in_container                            1: a container (it shares its host's kernel)
+
 Cardinality per host is bounded: 1 info, len(DRIFT_KINDS) drift counts, at most
 MAX_DETAIL detail series (item labels cut to ITEM_MAX characters), at most len(CHECKS)
-checks, 3 more. A check that could not run is absent, never passed: on a host where
-nvidia-smi cannot run, `nvidia-smi` is 0 and the GPU checks behind it are absent.
+checks, at most MAX_COMPONENTS + MAX_KERNELS + MAX_MODULES kernel and component series,
+9 more. A check that could not run is absent, never passed: on a host where nvidia-smi
+cannot run, `nvidia-smi` is 0 and the GPU checks behind it are absent. A count above what
+its series list says the list was cut: a reader must not judge from the cut list.
 """
 
 from __future__ import annotations
@@ -33,6 +49,7 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.kernels import read as read_kernels
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import KINDS, RECORD, compare, write_atomic
 
 # The kinds drift is counted by: the record's own kinds, `dpkg` (packages an interrupted
@@ -41,6 +58,11 @@ DRIFT_KINDS = KINDS + ("dpkg", "record")
 CHECKS = ("nvidia-smi", "gpu count", "driver version", "persistence mode", "ecc errors")
 MAX_DETAIL = 50
 ITEM_MAX = 200
+MAX_COMPONENTS = 64
+MAX_KERNELS = 32
+MAX_MODULES = 64
+# What `provision check` counts as a component still installed (engine/drift.components_off).
+INSTALLED_KINDS = ("held_packages", "packages", "units")
 SMI_FIELDS = ("index", "name", "driver_version", "persistence_mode", "ecc.errors.uncorrected.volatile.total")
 SMI_TIMEOUT = 30
 TEXTFILE = "/var/lib/prometheus/node-exporter/gpu_provisioner.prom"
@@ -128,8 +150,9 @@ def drift_items(state: dict) -> list[dict]:
     return items
 
 
-def textfile(state: dict | None, checks: list[dict], *, version: str, now: float) -> str:
-    """The whole textfile. state None: the state could not be read (last_run_success 0)."""
+def textfile(state: dict | None, checks: list[dict], *, version: str, now: float, kernels: dict | None = None) -> str:
+    """The whole textfile. state None: the state could not be read (last_run_success 0).
+    kernels: kernels.read()'s reading (None: not read, and the kernel families are left out)."""
     lines: list[str] = []
 
     def family(name: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
@@ -154,6 +177,8 @@ def textfile(state: dict | None, checks: list[dict], *, version: str, now: float
         family("gpu_provisioner_drift_items_detail_dropped",
                "Drifted items counted in gpu_provisioner_drift_items but left out of the _detail family.",
                [({}, max(0, len(items) - MAX_DETAIL))])
+    if state is not None:
+        _state_details(family, state, kernels)
     family("gpu_provisioner_check_status", "A check of the cheap nvidia-smi part of verify: 1 pass, 0 fail; "
                                            "absent when it could not run.",
            [({"check": c["check"]}, 1 if c["ok"] else 0) for c in checks])
@@ -161,6 +186,38 @@ def textfile(state: dict | None, checks: list[dict], *, version: str, now: float
     family("gpu_provisioner_last_run_success", "1 when provision-state read and compared the state.",
            [({}, 1 if state is not None else 0)])
     return "\n".join(lines) + "\n"
+
+
+def _state_details(family, state: dict, kernels: dict | None) -> None:
+    """The rest of what `provision check` judges: the record's components, and the kernels
+    with NVIDIA's DKMS modules (left out when they could not be read)."""
+    components = sorted((state.get("components") or {}).items())
+    family("gpu_provisioner_components", "Components (roles) the host's state record lists.", [({}, len(components))])
+    family("gpu_provisioner_component_items", "Held packages, packages and units the record lists for a component.",
+           [({"component": role}, sum(len(items.get(k) or []) for k in INSTALLED_KINDS))
+            for role, items in components[:MAX_COMPONENTS]])
+    if kernels is None:
+        return
+    images = list(kernels.get("images") or [])
+    family("gpu_provisioner_kernel_images", "Installed kernel images.", [({}, len(images))])
+    family("gpu_provisioner_kernel_image", f"One per installed kernel image (at most {MAX_KERNELS}).",
+           [({"kernel": k}, 1) for k in images[:MAX_KERNELS]])
+    entries = [({"module": mod.get("module", ""), "version": version, "kernel": kernel, "state": st}, 1)
+               for version, mod in sorted((kernels.get("dkms") or {}).items())
+               for kernel, st in (sorted((mod.get("kernels") or {}).items()) or [("", "added")])]
+    family("gpu_provisioner_dkms_modules", "NVIDIA DKMS module entries (version, kernel).", [({}, len(entries))])
+    family("gpu_provisioner_dkms_module", f"One per NVIDIA DKMS module version and kernel (kernel empty: only "
+                                          f"added; at most {MAX_MODULES}).", entries[:MAX_MODULES])
+    family("gpu_provisioner_dkms_available", "1 when dkms is installed.", [({}, 1 if kernels.get("dkms_rc") == 0 else 0)])
+    family("gpu_provisioner_in_container", "1 in a container (it shares its host's kernel).",
+           [({}, 1 if kernels.get("in_container") else 0)])
+
+
+def _read_kernels() -> dict | None:
+    try:
+        return read_kernels(with_secure_boot=False)
+    except Exception:  # noqa: BLE001 - the textfile then says nothing about kernels, and check calls the host unknown
+        return None
 
 
 def run(config: dict, *, smi_binary: str = "nvidia-smi") -> dict:
@@ -174,7 +231,8 @@ def run(config: dict, *, smi_binary: str = "nvidia-smi") -> dict:
         state, error = None, f"{type(exc).__name__}: {exc}"
     checks = gpu_checks(run_nvidia_smi(smi_binary), config) if config.get("nvidia_smi", True) else []
     version = str(config.get("version", ""))
-    write_atomic(config.get("textfile", TEXTFILE), textfile(state, checks, version=version, now=now))
+    kernels = _read_kernels() if state is not None else None
+    write_atomic(config.get("textfile", TEXTFILE), textfile(state, checks, version=version, now=now, kernels=kernels))
     status = {"time": now, "version": version, "error": error, "checks": checks,
               "drift": drift_items(state) if state is not None else [],
               "differences": (state or {}).get("differences", []), "profile": (state or {}).get("profile", "")}

@@ -11,10 +11,13 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: ddp_run
 short_description: Run this host's part of a small torchrun DDP job, bounded in time.
+description:
+  - Runs torchrun for this host's rank of a small DDP job (all-reduce steps over a tensor) with a bounded time; returns what each step measured.
 options:
   script:
     type: path
     required: true
+    description: "The DDP script torchrun runs (shipped with the role)."
   python:
     type: str
     default: ""
@@ -22,15 +25,19 @@ options:
   nnodes:
     type: int
     required: true
+    description: "How many hosts take part (torchrun --nnodes)."
   node_rank:
     type: int
     required: true
+    description: "This host's rank among them (torchrun --node-rank)."
   master_addr:
     type: str
     required: true
+    description: "The rendezvous host's address under test."
   master_port:
     type: int
     required: true
+    description: "The rendezvous port (the TCPStore listens on master_addr only, for the job's lifetime)."
   local_addr:
     type: str
     required: true
@@ -38,15 +45,19 @@ options:
   timeout:
     type: int
     default: 120
+    description: "Seconds the whole job may run before it is stopped."
   steps:
     type: int
     default: 5
+    description: "All-reduce steps to time."
   tensor_mib:
     type: int
     default: 16
+    description: "Size of the tensor each step all-reduces, in MiB."
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
+    description: "Where the roles' local facts are (python_env's record names the environment)."
 """
 
 EXAMPLES = r"""

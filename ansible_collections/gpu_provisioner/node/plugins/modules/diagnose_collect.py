@@ -31,9 +31,11 @@ options:
   file_max_bytes:
     type: int
     default: 65536
+    description: "Bytes read at most from each file."
   total_max_bytes:
     type: int
     default: 2097152
+    description: "Bytes collected at most over all commands and files; the rest is left out and said so."
 """
 
 EXAMPLES = r"""

@@ -39,12 +39,15 @@ options:
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
+    description: "Where the roles' local facts are read from."
   fabric_manager_unit:
     type: str
     default: nvidia-fabricmanager.service
+    description: "The fabric manager's systemd unit, whose state is read."
   exporter_unit:
     type: str
     default: dcgm-exporter.service
+    description: "dcgm-exporter's systemd unit, whose state is read."
   nccl_candidates:
     type: list
     elements: str
@@ -78,6 +81,14 @@ options:
     type: str
     default: ""
     description: The profile's sha256 (with this host's overrides) the host should have recorded (with preflight).
+  packages:
+    type: list
+    elements: str
+    default: []
+    description: >-
+      With preflight, the packages whose installed version and hold to return as
+      C(provisioner_packages) (the profile's packages: what `provision plan` compares with the
+      versions it would install).
 """
 
 EXAMPLES = r"""
@@ -91,6 +102,7 @@ EXAMPLES = r"""
   gpu_provisioner.node.gpu_probe:
     preflight: true
     state_path: /etc/ansible/facts.d/provisioner.fact
+    packages: [nvidia-driver, nvidia-kernel-dkms]
   register: survey
 """
 
@@ -102,7 +114,8 @@ gpu_probe:
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
-    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), seconds; with
+    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), scratch
+    (module_utils/scratch.py observe), seconds; with
     preflight, also in_recorded_state.
   type: dict
 provisioner_preflight:
@@ -110,6 +123,15 @@ provisioner_preflight:
   type: dict
 provisioner_state:
   description: With preflight, the host compared with its record, and its kernels (see provisioner_state).
+  type: dict
+provisioner_packages:
+  description: With preflight, each of C(packages) -> {version, hold}, or null where it is not installed.
+  type: dict
+provisioner_holders:
+  description: >-
+    With preflight, what holds the NVIDIA device files (module_utils/holders.py): devices,
+    fuser -v's table, nvidia-smi's compute applications, each holder's cgroup, the NVIDIA
+    modules' reference counts. The controller reads it (provisioner/judge/holders.py).
   type: dict
 """
 
@@ -122,10 +144,10 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels, mig_layout, scratch
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.preflight_facts import collect
-from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import compare, read_state
 
 PATH_EXTRA = "/usr/local/cuda/bin:/usr/local/nvidia/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -247,6 +269,7 @@ def main():
             "state_path": {"type": "path", "default": "/etc/ansible/facts.d/provisioner.fact"},
             "expect_profile": {"type": "str", "default": ""},
             "expect_sha256": {"type": "str", "default": ""},
+            "packages": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -262,6 +285,9 @@ def main():
     if smi_ok:
         commands["topo"] = run(["nvidia-smi", "topo", "-m"], timeout, limit, env)
         commands["nvlink"] = run(["nvidia-smi", "nvlink", "-s"], timeout, limit, env)
+    if smi_ok and "<current_mig>Enabled</current_mig>" in commands["nvidia_smi_xml"]["stdout"]:
+        # The instances' profile names are only in `mig -lgi` (the XML has instance IDs).
+        commands["mig_lgi"] = run(["nvidia-smi", "mig", "-lgi"], timeout, limit, env)
     commands["nvcc"] = run(["nvcc", "--version"], timeout, limit, env)
     commands["kernel_log"] = kernel_log(timeout, limit)
     python = p["python"] or str((facts.get("python_env") or {}).get("python") or "")
@@ -291,14 +317,23 @@ def main():
         "container": container(),
         "peermem_loaded": os.path.isdir("/sys/module/nvidia_peermem"),
         "kernels": kernels.read(),
+        "scratch": scratch.observe(),  # the local scratch: mounted, its array whole (judge/scratch.py)
     }
+    if smi_ok:
+        # MIG mode and instances per GPU, as the mig role reads them (module_utils/mig_layout.py).
+        lgi = commands.get("mig_lgi") or {"rc": None, "stdout": ""}
+        result["mig"] = mig_layout.read_state(commands["nvidia_smi_xml"]["stdout"], lgi["rc"],
+                                              lgi["stdout"] + lgi.get("stderr", ""))
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)
     extra = {}
     if p["preflight"]:
         # The same reading provisioner_state's compare gives preflight and check.
-        state = dict(compare(p["state_path"]), kernels=result["kernels"])
-        extra = {"provisioner_preflight": collect(), "provisioner_state": state}
+        state = dict(compare(p["state_path"]), kernels=result["kernels"], mig=result.get("mig"))
+        # What `provision plan` compares with what up would install, and what holds the GPUs.
+        extra = {"provisioner_preflight": collect(), "provisioner_state": state,
+                 "provisioner_packages": read_state({"held_packages": p["packages"]})["held_packages"],
+                 "provisioner_holders": holders.collect(timeout)}
         # Only steers whether the role runs its long probes now; the controller decides
         # (provisioner/engine/drift.py in_recorded_state) which hosts are converged.
         result["in_recorded_state"] = bool(

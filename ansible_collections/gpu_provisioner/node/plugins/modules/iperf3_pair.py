@@ -23,6 +23,7 @@ options:
     type: str
     choices: [serve, measure, stop]
     required: true
+    description: "serve, measure or stop (see the description)."
   address:
     type: str
     required: true
@@ -30,6 +31,7 @@ options:
   port:
     type: int
     required: true
+    description: "The server's port."
   peer:
     type: str
     default: ""
@@ -37,6 +39,7 @@ options:
   duration:
     type: int
     default: 5
+    description: "Seconds the measurement runs (measure)."
   lifetime:
     type: int
     default: 300
@@ -44,6 +47,7 @@ options:
   wait:
     type: int
     default: 15
+    description: "Seconds serve waits for the port to listen."
   ibstat:
     type: str
     choices: ["no", present, "yes"]

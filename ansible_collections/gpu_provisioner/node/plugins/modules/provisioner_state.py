@@ -33,9 +33,11 @@ options:
     type: str
     choices: [record, compare, snapshot, retire]
     required: true
+    description: "record, compare, snapshot or retire (see the description)."
   path:
     type: path
     default: /etc/ansible/facts.d/provisioner.fact
+    description: "The state record's file."
   profile:
     type: str
     description: Profile name (record).
@@ -66,6 +68,12 @@ options:
     description: >-
       The repository index the pins came from (record): its C(url), C(release_date) and
       C(packages_sha256). Kept only when the profile installs from NVIDIA's repository.
+  mig:
+    type: bool
+    default: false
+    description: >-
+      With C(compare), also read the GPUs' MIG mode and instances (nvidia-smi -q -x and mig -lgi), which
+      the controller compares with the profile's mig.layout (a layout lost at reboot is drift).
 """
 
 EXAMPLES = r"""
@@ -81,7 +89,8 @@ provisioner_state:
   description: >-
     (compare) recorded (a record was found), profile and profile_sha256 from the record,
     differences (kind, item, recorded, now per item that differs), dpkg_audit (dpkg --audit output),
-    kernels (installed kernel images, dkms status, Secure Boot state: module_utils/kernels.py).
+    kernels (installed kernel images, dkms status, Secure Boot state: module_utils/kernels.py),
+    scratch (the local scratch's record and how it is now: module_utils/scratch.py observe).
   type: dict
 """
 
@@ -92,7 +101,9 @@ from ansible.module_utils.basic import AnsibleModule
 # The reading and the comparison live in module_utils/state.py: the same code the node's
 # own checker (provision-state.timer, plain python3) runs, so both see the same drift.
 # The kernels, their DKMS-built NVIDIA modules and Secure Boot: judged by preflight and check.
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels, mig_layout
+# The local scratch the scratch role built, and how it is now (judged by provisioner/judge/scratch.py).
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import scratch
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
     KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state,
     write_atomic)
@@ -160,6 +171,7 @@ def main() -> None:
             "profile_yaml": {"type": "str", "default": ""},
             "installed_before": {"type": "list", "elements": "str"},
             "package_index": {"type": "dict", "default": {}},
+            "mig": {"type": "bool", "default": False},
         },
         required_if=[("action", "record", ("profile", "profile_sha256"))],
         supports_check_mode=True,
@@ -167,7 +179,10 @@ def main() -> None:
     p = module.params
     old = load(p["path"])
     if p["action"] == "compare":
-        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read()))
+        extra = {"mig": mig_layout.read_host(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}))} \
+            if p["mig"] else {}
+        module.exit_json(changed=False, provisioner_state=dict(compare(p["path"]), kernels=kernels.read(),
+                                                               scratch=scratch.observe(), **extra))
     if p["action"] == "snapshot":
         if old is not None and p["profile_sha256"] and old.get("profile_sha256") != p["profile_sha256"] \
                 and not module.check_mode:

@@ -1,0 +1,38 @@
+"""A stand-in for NVIDIA's libnvidia-container apt repository (the NVIDIA Container Toolkit).
+
+Built by the CUDA stand-in's builder (provisioner/lab/cudarepo.py: empty .debs with NVIDIA's
+names, versions and Depends, a flat repository signed with a throwaway key) from its OWN
+manifest, ``provisioner/lab/standin_toolkit/stable-deb.yml``, never from the product's data
+(provisioner/data/container_toolkit.yml), which it differs from on purpose (the manifest's
+header says where). The layout is NVIDIA's: ``<root>/stable/deb/amd64/`` with Packages,
+Release, InRelease, so a host's deb line is ``deb [signed-by=...] <url>/stable/deb/amd64 /``
+(NVIDIA's own line names ``$(ARCH)``, which apt expands).
+
+What it cannot prove: anything about NVIDIA's programs. Its nvidia-ctk,
+nvidia-container-runtime, nvidia-container-runtime-hook and nvidia-container-cli are stubs
+that say so and exit 1 (cudarepo.PAYLOADS): they configure no engine, generate no CDI spec
+and start no container. An engine can list the registered runtime (`docker info`) but not
+run a container with it.
+
+The CUDA stand-in's server serves it too: build it under the same root (each flavour keeps
+its own cache stamp there).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from provisioner.lab import cudarepo
+from provisioner.lab import manifest as manifest_mod
+
+MANIFEST = Path(__file__).resolve().parent / "standin_toolkit" / "stable-deb.yml"
+
+
+def load() -> manifest_mod.Manifest:
+    """The toolkit stand-in's manifest, validated."""
+    return manifest_mod.load("libnvidia-container", path=MANIFEST)
+
+
+def build(root: Path = cudarepo.DEFAULT_ROOT) -> cudarepo.Repo:
+    """Build (or find cached) the toolkit stand-in under `root`."""
+    return cudarepo.build(root, manifest=load())

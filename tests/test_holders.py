@@ -1,0 +1,129 @@
+"""Holders of /dev/nvidia* read from captured `fuser -v` / `lsof` outputs (tests/data/holders,
+SOURCES.md there), their kinds, and the reboot-free driver activation decision (issue 35)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from provisioner.judge import holders
+
+from .conftest import DATA, REPO
+
+HOLDERS = DATA / "holders"
+
+
+def _read(name: str, **extra) -> list[holders.Holder]:
+    return holders.read(fuser=(HOLDERS / name).read_text(), **extra)
+
+
+def _kinds(found: list[holders.Holder]) -> dict[int, str]:
+    return {h.pid: h.kind for h in found}
+
+
+def test_dgx_station_dcgm_persistenced_and_display():
+    found = _read("dgx-station-dcgm.fuser.txt")
+    assert _kinds(found) == {2180: "dcgm", 2284: "process", 2890: "persistenced", 3392: "process", 3461: "process"}
+    dcgm = found[0]
+    assert dcgm.command == "nv-hostengine" and dcgm.user == "root"
+    assert dcgm.devices == ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3",
+                            "/dev/nvidiactl"]
+    assert "/dev/nvidia-modeset" in found[2].devices  # persistenced, whose user name is long
+
+
+def test_persistenced_only_with_no_compute_application():
+    found = _read("persistenced-only.fuser.txt",
+                  compute_apps=(HOLDERS / "persistenced-only.compute-apps.csv").read_text())
+    assert [(h.pid, h.kind, h.devices) for h in found] == [
+        (949665, "persistenced", ["/dev/nvidia0", "/dev/nvidia2", "/dev/nvidia3"])]
+
+
+def test_a_cuda_process_is_cuda_where_nvidia_smi_lists_it_and_a_process_otherwise():
+    text = (HOLDERS / "cuda-python.fuser.txt").read_text()
+    assert _kinds(holders.read(fuser=text)) == {45208: "process"}
+    listed = holders.read(fuser=text, compute_apps="45208, python\n")
+    assert _kinds(listed) == {45208: "cuda"} and len(listed[0].devices) == 8
+
+
+def test_fabric_manager_on_nvswitch_devices_named_on_their_own_line():
+    found = _read("h200-nvswitch-fabricmanager-vllm.fuser.txt")
+    assert _kinds(found) == {4334: "fabric_manager", 1116621: "process", 1117159: "process"}
+    fm = next(h for h in found if h.pid == 4334)
+    assert fm.devices == ["/dev/nvidia-nvlink"] + [f"/dev/nvidia-nvswitch{i}" for i in range(4)]
+
+
+def test_zombie_page_persistenced_and_python_with_a_short_access_field():
+    found = _read("persistenced-and-python.fuser.txt")
+    assert _kinds(found) == {1383: "persistenced", 2934164: "process", 3279314: "process"}
+
+
+def test_lsof_output():
+    found = holders.read(lsof=(HOLDERS / "xorg-compiz.lsof.txt").read_text())
+    assert [(h.pid, h.command, h.user, h.devices) for h in found] == [
+        (864, "Xorg", "root", ["/dev/nvidia0"]), (2193, "compiz", "m1", ["/dev/nvidia0"])]
+
+
+def test_the_unit_of_a_holder_names_its_kind_whatever_its_process_name():
+    found = holders.read(fuser="/dev/nvidia0:        root       77 F.... renamed\n",
+                         cgroups={"77": "0::/system.slice/nvidia-dcgm.service\n"})
+    assert (found[0].unit, found[0].kind) == ("nvidia-dcgm.service", "dcgm")
+
+
+def test_untrusted_text_is_data():
+    """Noise, control characters, absurd fields and a lying unit: skipped or kept as inert text."""
+    text = ("Cannot stat file /proc/1/fd/0: Permission denied\n"
+            "/dev/nvidia0:        root       12 F.... \x1b[31mevil\n"
+            "                     root       notapid F.... x\n"
+            "                     root       13 $(reboot) y\n"
+            "garbage line\n")
+    found = holders.read(fuser=text, compute_apps="x, y\n99999999999, z\n",
+                         cgroups={"12": "0::/system.slice/../../x y.service\n"})
+    assert [(h.pid, h.command, h.unit) for h in found] == [(12, "?[31mevil", "")]
+    assert holders.from_probe("not a dict") == [] and holders.from_probe({"fuser": 5, "cgroups": []}) == []
+
+
+# ----------------------------------------------------------------- the activation decision
+
+def test_nothing_holds_the_gpus_load_without_a_reboot():
+    decision = holders.activation(_read("handmade-none.fuser.txt"))
+    assert decision.load and decision.stop_units == () and "nothing holds" in decision.why
+
+
+def test_persistenced_only_is_stopped_for_the_swap():
+    decision = holders.activation(_read("persistenced-only.fuser.txt"))
+    assert decision.load and decision.stop_units == ("nvidia-persistenced.service",)
+
+
+def test_a_cuda_process_keeps_the_reboot_and_is_named():
+    decision = holders.activation(holders.read(fuser=(HOLDERS / "cuda-python.fuser.txt").read_text(),
+                                               compute_apps="45208, python\n"))
+    assert not decision.load
+    assert "python (pid 45208) holds /dev/nvidia0" in decision.why and "drain the host" in decision.why
+
+
+@pytest.mark.parametrize("name", ["handmade-fabricmanager-only.fuser.txt", "h200-nvswitch-fabricmanager-vllm.fuser.txt"])
+def test_fabric_manager_on_nvswitch_keeps_the_reboot(name: str):
+    decision = holders.activation(_read(name))
+    assert not decision.load
+    assert "nv-fabricmanage (pid 4334) holds /dev/nvidia-nvlink" in decision.why and "NVSwitch" in decision.why
+
+
+def test_dcgm_station_is_blocked_by_the_display_not_by_dcgm():
+    decision = holders.activation(_read("dgx-station-dcgm.fuser.txt"))
+    assert not decision.load and "Xorg (pid 3392)" in decision.why and "nv-hostengine" not in decision.why
+
+
+def test_a_console_on_nvidia_drm_keeps_the_reboot():
+    decision = holders.activation([], modules={"nvidia": "3", "nvidia_drm": "2"})
+    assert not decision.load and "nvidia_drm" in decision.why
+
+
+def test_the_host_side_reader_runs_on_this_machine():
+    """module_utils/holders.collect on a machine without NVIDIA devices: no device, nothing run."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
+            "from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders; "
+            "print(json.dumps(holders.collect(5)))")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True).stdout
+    assert '"devices": []' in out and '"fuser": null' in out
