@@ -1,5 +1,7 @@
-"""Holders of /dev/nvidia* read from captured `fuser -v` / `lsof` outputs (tests/data/holders,
-SOURCES.md there), their kinds, and the reboot-free driver activation decision (issue 35)."""
+"""Holders of /dev/nvidia* read and classified by the host-side detection (module_utils/holders.py)
+from captured `fuser -v` / `lsof` outputs (tests/data/holders, SOURCES.md there), read back by the
+controller (judge/holders.py) as the probe reports them, and the reboot-free driver activation
+decision (issue 35). The MIG change's use of the same holders is in tests/test_mig.py."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
+
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders as detect
 
 from provisioner.judge import holders
 
@@ -15,8 +20,13 @@ from .conftest import DATA, REPO
 HOLDERS = DATA / "holders"
 
 
+def _host(**texts) -> list[holders.Holder]:
+    """What the host classifies (module_utils/holders.read), as the controller reads it back."""
+    return holders.from_probe({"holders": detect.read(**texts)})
+
+
 def _read(name: str, **extra) -> list[holders.Holder]:
-    return holders.read(fuser=(HOLDERS / name).read_text(), **extra)
+    return _host(fuser=(HOLDERS / name).read_text(), **extra)
 
 
 def _kinds(found: list[holders.Holder]) -> dict[int, str]:
@@ -42,8 +52,8 @@ def test_persistenced_only_with_no_compute_application():
 
 def test_a_cuda_process_is_cuda_where_nvidia_smi_lists_it_and_a_process_otherwise():
     text = (HOLDERS / "cuda-python.fuser.txt").read_text()
-    assert _kinds(holders.read(fuser=text)) == {45208: "process"}
-    listed = holders.read(fuser=text, compute_apps="45208, python\n")
+    assert _kinds(_host(fuser=text)) == {45208: "process"}
+    listed = _host(fuser=text, compute_apps="45208, python\n")
     assert _kinds(listed) == {45208: "cuda"} and len(listed[0].devices) == 8
 
 
@@ -60,15 +70,18 @@ def test_zombie_page_persistenced_and_python_with_a_short_access_field():
 
 
 def test_lsof_output():
-    found = holders.read(lsof=(HOLDERS / "xorg-compiz.lsof.txt").read_text())
+    found = _host(lsof=(HOLDERS / "xorg-compiz.lsof.txt").read_text())
     assert [(h.pid, h.command, h.user, h.devices) for h in found] == [
         (864, "Xorg", "root", ["/dev/nvidia0"]), (2193, "compiz", "m1", ["/dev/nvidia0"])]
 
 
 def test_the_unit_of_a_holder_names_its_kind_whatever_its_process_name():
-    found = holders.read(fuser="/dev/nvidia0:        root       77 F.... renamed\n",
-                         cgroups={"77": "0::/system.slice/nvidia-dcgm.service\n"})
-    assert (found[0].unit, found[0].kind) == ("nvidia-dcgm.service", "dcgm")
+    found = _host(fuser="/dev/nvidia0:        root       77 F.... renamed\n",
+                  cgroups={"77": "0::/system.slice/nvidia-dcgm.service\n"})
+    assert (found[0].unit, found[0].kind, found[0].service_unit) == ("nvidia-dcgm.service", "dcgm", "nvidia-dcgm.service")
+    packaged = _host(fuser="/dev/nvidia0:        root       78 F.... dcgm-exporter\n",
+                     cgroups={"78": "0::/system.slice/nvidia-dcgm-exporter.service\n"})
+    assert (packaged[0].kind, packaged[0].service_unit) == ("dcgm_exporter", "nvidia-dcgm-exporter.service")
 
 
 def test_untrusted_text_is_data():
@@ -78,10 +91,34 @@ def test_untrusted_text_is_data():
             "                     root       notapid F.... x\n"
             "                     root       13 $(reboot) y\n"
             "garbage line\n")
-    found = holders.read(fuser=text, compute_apps="x, y\n99999999999, z\n",
-                         cgroups={"12": "0::/system.slice/../../x y.service\n"})
+    found = _host(fuser=text, compute_apps="x, y\n99999999999, z\n",
+                  cgroups={"12": "0::/system.slice/../../x y.service\n"})
     assert [(h.pid, h.command, h.unit) for h in found] == [(12, "?[31mevil", "")]
-    assert holders.from_probe("not a dict") == [] and holders.from_probe({"fuser": 5, "cgroups": []}) == []
+    assert holders.from_probe("not a dict") == [] and holders.from_probe({"holders": 5}) == []
+
+
+def test_what_the_host_reports_is_checked_again_on_the_controller():
+    """Hand-made reports: a holder that is not one is skipped; an unknown kind is a process that
+    blocks; a service without a unit to stop is not stopped blindly."""
+    reported = {"holders": [
+        "x", {"pid": "12"}, {"pid": True}, {"pid": -1},
+        {"pid": 5, "command": "\x1b[31mevil", "kind": "root", "unit": "$(reboot).service", "devices": ["/dev/nvidia0", 7]},
+        {"pid": 6, "command": "nv-hostengine", "kind": "dcgm", "service_unit": "a b.service"}]}
+    found = holders.from_probe(reported)
+    assert [(h.pid, h.command, h.kind, h.unit, h.devices, h.service_unit) for h in found] == [
+        (5, "?[31mevil", "process", "", ["/dev/nvidia0"], ""), (6, "nv-hostengine", "dcgm", "", [], "")]
+    decision = holders.activation(found)
+    assert not decision.load and "nv-hostengine (pid 6)" in decision.why
+
+
+def test_the_driver_role_stops_every_unit_the_detection_knows():
+    """One list of GPU service units: the driver role's (stopped before its packages move) is the
+    detection's table and its aliases."""
+    defaults = yaml.safe_load((REPO / "ansible_collections/gpu_provisioner/node/roles/nvidia_driver/defaults/main.yml")
+                              .read_text())
+    known = {unit for _kind, unit, _names in detect.SERVICES} | set(detect.UNIT_ALIASES)
+    assert set(defaults["nvidia_driver_gpu_holder_units"]) == known
+    assert set(detect.KINDS) == set(holders.KINDS)
 
 
 # ----------------------------------------------------------------- the activation decision
@@ -97,8 +134,8 @@ def test_persistenced_only_is_stopped_for_the_swap():
 
 
 def test_a_cuda_process_keeps_the_reboot_and_is_named():
-    decision = holders.activation(holders.read(fuser=(HOLDERS / "cuda-python.fuser.txt").read_text(),
-                                               compute_apps="45208, python\n"))
+    decision = holders.activation(_host(fuser=(HOLDERS / "cuda-python.fuser.txt").read_text(),
+                                        compute_apps="45208, python\n"))
     assert not decision.load
     assert "python (pid 45208) holds /dev/nvidia0" in decision.why and "drain the host" in decision.why
 
@@ -126,4 +163,4 @@ def test_the_host_side_reader_runs_on_this_machine():
             "from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders; "
             "print(json.dumps(holders.collect(5)))")
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True).stdout
-    assert '"devices": []' in out and '"fuser": null' in out
+    assert '"devices": []' in out and '"fuser": null' in out and '"holders": []' in out

@@ -7,13 +7,14 @@ import re
 
 import pytest
 
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import mig_layout
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, mig_layout
 
 from provisioner.profiles import mig
 
 from .conftest import DATA
 
 MIG = DATA / "mig"
+HOLDERS = DATA / "holders"
 XML = (MIG / "a100-sxm4-80gb-mig__535.54.03__telegraf.xml").read_text()
 LGI = (MIG / "nvidia-smi-mig-lgi__a100-80gb__dcgm-issue-138.txt").read_text()
 H200 = mig.model_for("NVIDIA H200")
@@ -90,8 +91,14 @@ def test_the_state_is_read_from_the_captures():
     assert {i["gi"]: i["has_ci"] for i in gpu["instances"]} == {9: False, 10: False, 3: True, 2: False}
 
 
+def _held(name: str, **extra) -> list[dict]:
+    """A captured holder state (tests/data/holders), classified by the host-side detection."""
+    return holders.read(fuser=(HOLDERS / name).read_text(), **extra)
+
+
 def test_a_matching_layout_needs_only_the_missing_compute_instances():
-    p = mig_layout.plan({0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}, _captured(), [{"unit": "dcgm-exporter.service"}])
+    # creating compute instances disturbs nobody: the display and DCGM of the DGX Station stay
+    p = mig_layout.plan({0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}, _captured(), _held("dgx-station-dcgm.fuser.txt"))
     assert [s["argv"] for s in p["steps"]] == [["nvidia-smi", "mig", "-i", "0", "-gi", "9,10,2", "-cci"]]
     assert p["blocked"] == []
 
@@ -103,13 +110,56 @@ def test_a_matching_layout_with_compute_instances_has_no_steps():
     assert mig_layout.plan({0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}, now, []) == {"steps": [], "blocked": []}
 
 
-def test_a_different_layout_stops_the_holders_destroys_creates_and_starts_them_again():
-    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), [{"unit": "nvidia-dcgm.service"}, {"unit": "dcgm-exporter.service"}])
+def test_persistenced_stays_while_the_layout_changes():
+    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), _held("persistenced-only.fuser.txt",
+                        compute_apps=(HOLDERS / "persistenced-only.compute-apps.csv").read_text()))
     assert [(s["kind"], s["argv"][-3:]) for s in p["steps"]] == [
-        ("stop", ["systemctl", "stop", "nvidia-dcgm.service"]), ("stop", ["systemctl", "stop", "dcgm-exporter.service"]),
+        ("destroy", ["-i", "0", "-dci"]), ("destroy", ["-i", "0", "-dgi"]), ("create", ["-cgi", "7g.80gb", "-C"])]
+    assert p["blocked"] == []
+
+
+def test_fabric_manager_stays_on_an_nvswitch_node():
+    # hand-made from the H200 capture: fabric manager alone (tests/data/holders/SOURCES.md)
+    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), _held("handmade-fabricmanager-only.fuser.txt"))
+    assert [s["kind"] for s in p["steps"]] == ["destroy", "destroy", "create"] and p["blocked"] == []
+
+
+def test_vllm_on_the_gpus_blocks_the_change_and_fabric_manager_is_not_the_reason():
+    held = _held("h200-nvswitch-fabricmanager-vllm.fuser.txt")
+    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), held)
+    assert p["steps"] == [] and "pid 1116621, process" in p["blocked"][-1] and "pid 1117159" in p["blocked"][-1]
+    assert "nv-fabricmanage" not in p["blocked"][-1] and "reconfigure_in_use" in p["blocked"][-1]
+    # with the profile's say-so it goes ahead (a reset the processes keep from working reboots); nothing is stopped
+    allowed = mig_layout.plan({0: ["7g.80gb"]}, _captured(), held, reconfigure_in_use=True)
+    assert [s["kind"] for s in allowed["steps"]] == ["destroy", "destroy", "create"]
+
+
+def test_a_cuda_process_blocks_every_disruptive_step():
+    held = _held("cuda-python.fuser.txt", compute_apps="45208, python\n")
+    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), held)
+    assert p["steps"] == [] and "python (pid 45208, cuda)" in p["blocked"][-1]
+
+
+def test_dcgm_is_stopped_and_started_around_the_change_persistenced_stays():
+    held = _held("dgx-station-dcgm.fuser.txt")
+    blocked = mig_layout.plan({0: ["7g.80gb"]}, _captured(), held)
+    assert blocked["steps"] == [] and "Xorg (pid 3392, process)" in blocked["blocked"][-1]
+    assert "nv-hostengine" not in blocked["blocked"][-1] and "nvidia-persiste" not in blocked["blocked"][-1]
+    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), held, reconfigure_in_use=True)
+    assert [(s["kind"], s["argv"][-3:]) for s in p["steps"]] == [
+        ("stop", ["systemctl", "stop", "nvidia-dcgm.service"]),
         ("destroy", ["-i", "0", "-dci"]), ("destroy", ["-i", "0", "-dgi"]),
         ("create", ["-cgi", "7g.80gb", "-C"]),
-        ("start", ["systemctl", "start", "dcgm-exporter.service"]), ("start", ["systemctl", "start", "nvidia-dcgm.service"])]
+        ("start", ["systemctl", "start", "nvidia-dcgm.service"])]
+
+
+def test_the_exporter_is_stopped_under_the_unit_its_cgroup_names():
+    # hand-made: one fuser line and cgroup (no public capture of the exporter on /dev/nvidia*)
+    held = holders.read(fuser="/dev/nvidia0:        root       78 F.... dcgm-exporter\n",
+                        cgroups={"78": "0::/system.slice/nvidia-dcgm-exporter.service\n"})
+    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), held)
+    assert [s["argv"] for s in p["steps"] if s["kind"] in ("stop", "start")] == [
+        ["systemctl", "stop", "nvidia-dcgm-exporter.service"], ["systemctl", "start", "nvidia-dcgm-exporter.service"]]
 
 
 def test_an_instance_in_use_is_never_destroyed_without_the_profiles_say_so():
@@ -120,11 +170,6 @@ def test_an_instance_in_use_is_never_destroyed_without_the_profiles_say_so():
     assert "mig.reconfigure_in_use: true" in p["blocked"][0]
     allowed = mig_layout.plan({0: ["7g.80gb"]}, now, [], reconfigure_in_use=True)
     assert [s["kind"] for s in allowed["steps"]] == ["destroy", "destroy", "create"]
-
-
-def test_a_process_holding_the_gpus_blocks_every_disruptive_step():
-    p = mig_layout.plan({0: ["7g.80gb"]}, _captured(), [{"pid": 4242, "name": "python3"}, {"unit": "x.service"}])
-    assert p["steps"] == [] and "python3 (pid 4242)" in p["blocked"][-1]
 
 
 def _off(pending: bool) -> dict:

@@ -1,11 +1,13 @@
 """`provision plan`'s judge (judge/plan.py) on survey answers shaped as the probe returns them
 (hand-made dicts, each labelled; the holders in them are the captured fuser outputs of
-tests/data/holders), and the CLI's exit codes and JSON on a plan. What a real survey returns
+tests/data/holders, classified by the host-side detection, module_utils/holders.py, as the probe reports them), and the CLI's exit codes and JSON on a plan. What a real survey returns
 and what up then does is compared on lab hosts (tests/integration/test_plan_lab.py)."""
 
 from __future__ import annotations
 
 import pytest
+
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders as detect
 
 from provisioner import profiles
 from provisioner.judge import plan as plan_mod
@@ -30,7 +32,8 @@ def _survey(packages: dict, *, fuser: str = "", container: str = "", module: str
                                   if lspci is None else lspci},
         "provisioner_state": {"recorded": recorded, "profile": "h100-train", "differences": []},
         "provisioner_packages": packages,
-        "provisioner_holders": {"fuser": {"rc": 0, "output": fuser}, "modules": {"nvidia_drm": "0"}},
+        "provisioner_holders": {"fuser": {"rc": 0, "output": fuser}, "modules": {"nvidia_drm": "0"},
+                                "holders": detect.read(fuser=fuser)},
     }
 
 

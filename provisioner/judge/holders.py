@@ -1,46 +1,34 @@
-"""What holds a host's NVIDIA devices, and whether the driver can be swapped without a reboot.
+"""What holds a host's NVIDIA devices, as the host classified it, and whether the driver can
+be swapped without a reboot.
 
-The one place that reads holders: `provision plan` lists them in a host's disruption class,
-the reboot-free driver activation decision (`activation`) stands on them, and a MIG change
-(which needs the GPUs free) reads them here too. The host sends the tools' own text
-(plugins/module_utils/holders.py: `fuser -v /dev/nvidia*`, nvidia-smi's compute
-applications, /proc/PID/cgroup); this module reads that text, and `lsof /dev/nvidia*`'s
-as well, for captures. Everything a host sends is untrusted: lines that do not parse are
-skipped, PIDs are numbers, names are cut and kept as data, never a shell word.
+The holder detection is one piece of code, on the host: plugins/module_utils/holders.py reads
+`fuser -v /dev/nvidia*`, nvidia-smi's compute applications and each holder's cgroup, and
+classifies every holder (persistenced, fabric_manager, dcgm, dcgm_exporter, cuda, process).
+The probe reports that list (provisioner_holders.holders, beside the tools' own text kept as
+evidence); the MIG change on the host (module_utils/mig_layout.py) acts on the same list. Here
+the controller judges it: `provision plan` lists the holders in a host's disruption class and
+the reboot-free driver activation decision (`activation`) stands on them.
 
-Kinds, from the process name and, where the host sent it, the systemd unit of its cgroup:
-persistenced (nvidia-persistenced), fabric_manager (nv-fabricmanager), dcgm (nv-hostengine),
-dcgm_exporter, cuda (a process nvidia-smi lists as a compute application) and process
-(anything else: a display server, a monitoring agent, a program between CUDA calls).
-fuser cuts names to 15 characters and lsof to 9 ("nvidia-persiste", "nv-fabric"), so names
-match by prefix.
+Everything a host sends is untrusted: an entry that is not a holder is skipped, PIDs are
+numbers, a kind outside the known ones reads as an unknown process (it blocks, it is never
+stopped), names are cut and kept as data, never a shell word.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Kind = Literal["persistenced", "fabric_manager", "dcgm", "dcgm_exporter", "cuda", "process"]
-
-# (kind, the unit's name, the process names it runs under): name prefixes as fuser (15
-# characters) and lsof (9) cut them, and the full names the units' ExecStart runs.
-SERVICES: tuple[tuple[Kind, str, tuple[str, ...]], ...] = (
-    ("persistenced", "nvidia-persistenced.service", ("nvidia-persistenced",)),
-    ("fabric_manager", "nvidia-fabricmanager.service", ("nv-fabricmanager",)),
-    ("dcgm", "nvidia-dcgm.service", ("nv-hostengine",)),
-    ("dcgm_exporter", "dcgm-exporter.service", ("dcgm-exporter",)),
-)
-# DCGM's host engine under the other unit name NVIDIA's packages have used (the driver role's
-# nvidia_driver_gpu_holder_units lists both).
-UNIT_ALIASES = {"nv-hostengine.service": "dcgm"}
+KINDS: tuple[str, ...] = get_args(Kind)
+SERVICE_KINDS = frozenset(KINDS) - {"cuda", "process"}
 # The provisioner's own daemons, which only keep the driver initialised or read it: stopping
 # them for the swap and starting them after is what a reboot would do to them anyway.
 STOPPABLE: frozenset[str] = frozenset({"persistenced", "dcgm", "dcgm_exporter"})
-MIN_PREFIX = 9  # lsof's cut: a shorter name matches only whole
 _NAME = re.compile(r"[^\x21-\x7e]")
-_PID = re.compile(r"^[0-9]{1,10}$")
+_UNIT = re.compile(r"^[A-Za-z0-9@._:-]{1,200}\.service$")
+MAX_HOLDERS = 256  # as many as the host reads (module_utils/holders.py MAX_PIDS)
 
 
 @dataclass
@@ -51,6 +39,7 @@ class Holder:
     devices: list[str] = field(default_factory=list)
     unit: str = ""
     kind: Kind = "process"
+    service_unit: str = ""  # the unit that stops a service holder; "" for a workload
 
     def describe(self) -> str:
         where = ", ".join(self.devices[:3]) + (f" and {len(self.devices) - 3} more" if len(self.devices) > 3 else "")
@@ -58,106 +47,32 @@ class Holder:
         return f"{self.command} (pid {self.pid}{unit}) holds {where}"
 
 
-def _clean(text: str, limit: int = 64) -> str:
-    return _NAME.sub("?", text)[:limit]
+def _clean(value: Any, limit: int = 64) -> str:
+    return _NAME.sub("?", value)[:limit] if isinstance(value, str) else ""
 
 
-def _matches(name: str, full: str) -> bool:
-    return name == full or (len(name) >= MIN_PREFIX and full.startswith(name))
-
-
-def parse_fuser(text: str) -> dict[int, Holder]:
-    """`fuser -v /dev/nvidia*` (table and PIDs in one stream, as a terminal shows them):
-    pid -> Holder with every device it holds. A device name alone on its line (a long
-    /dev/nvidia-nvswitchN) carries over to the next line; "Cannot stat" and other noise is skipped."""
-    holders: dict[int, Holder] = {}
-    device = ""
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        m = re.match(r"^(/dev/\S+):(.*)$", line)
-        if m:
-            device, line = _clean(m.group(1), 200), " " + m.group(2)
-        parts = line.split()
-        if len(parts) < 4 or not raw[:1].isspace() and not m or not _PID.match(parts[1]) or not device:
-            continue
-        user, pid, access, command = parts[0], int(parts[1]), parts[2], " ".join(parts[3:])
-        if not re.match(r"^[A-Za-z.]{1,8}$", access):
-            continue
-        h = holders.setdefault(pid, Holder(pid, _clean(command), _clean(user)))
-        if device not in h.devices:
-            h.devices.append(device)
-    return holders
-
-
-def parse_lsof(text: str) -> dict[int, Holder]:
-    """`lsof /dev/nvidia*`: COMMAND PID USER FD TYPE DEVICE [SIZE/OFF] NODE NAME (SIZE/OFF is
-    empty for mmap'ed "mem" lines) -> pid -> Holder."""
-    holders: dict[int, Holder] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 8 or not _PID.match(parts[1]) or parts[4] != "CHR":
-            continue
-        name = parts[-1] if parts[-1].startswith("/dev/") else "/dev/" + parts[-1]
-        h = holders.setdefault(int(parts[1]), Holder(int(parts[1]), _clean(parts[0]), _clean(parts[2])))
-        if _clean(name, 200) not in h.devices:
-            h.devices.append(_clean(name, 200))
-    return holders
-
-
-def parse_compute_apps(text: str) -> dict[int, str]:
-    """nvidia-smi --query-compute-apps=pid,process_name --format=csv[,noheader]: pid -> name."""
-    apps = {}
-    for line in text.splitlines():
-        pid, _, name = line.partition(",")
-        if _PID.match(pid.strip()):
-            apps[int(pid.strip())] = _clean(name.strip(), 200)
-    return apps
-
-
-def unit_of(cgroup: str) -> str:
-    """The systemd service a process runs in, from /proc/PID/cgroup ("0::/system.slice/x.service")."""
-    for line in cgroup.splitlines():
-        path = line.split(":", 2)[-1]
-        for part in reversed(path.split("/")):
-            if re.match(r"^[A-Za-z0-9@._:-]{1,200}\.service$", part):
-                return part
-    return ""
-
-
-def classify(h: Holder, compute_apps: dict[int, str]) -> Kind:
-    for kind, unit, names in SERVICES:
-        if h.unit == unit or UNIT_ALIASES.get(h.unit) == kind or any(_matches(h.command, n) for n in names):
-            return kind
-    return "cuda" if h.pid in compute_apps else "process"
-
-
-def read(fuser: str = "", lsof: str = "", compute_apps: str = "", cgroups: dict[str, str] | None = None) -> list[Holder]:
-    """Every holder the texts name, classified, by pid; compute applications that no device
-    listing shows (another PID namespace) are holders too."""
-    holders = parse_lsof(lsof)
-    for pid, h in parse_fuser(fuser).items():
-        known = holders.setdefault(pid, h)
-        known.devices = sorted(set(known.devices) | set(h.devices))
-    apps = parse_compute_apps(compute_apps)
-    for pid, name in apps.items():
-        holders.setdefault(pid, Holder(pid, name, devices=["(nvidia-smi compute application)"]))
-    for pid, h in holders.items():
-        h.unit = unit_of(str((cgroups or {}).get(str(pid)) or ""))
-        h.kind = classify(h, apps)
-    return [holders[pid] for pid in sorted(holders)]
+def _holder(entry: Any) -> Holder | None:
+    """One reported holder, checked field by field; None when it is not one."""
+    if not isinstance(entry, dict):
+        return None
+    pid = entry.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 10**10:
+        return None
+    kind = entry.get("kind") if entry.get("kind") in KINDS else "process"
+    unit = _clean(entry.get("unit"), 200)
+    service = _clean(entry.get("service_unit"), 200)
+    devices = entry.get("devices") if isinstance(entry.get("devices"), list) else []
+    return Holder(pid, _clean(entry.get("command")) or "?", _clean(entry.get("user")),
+                  [_clean(d, 200) for d in devices[:64] if isinstance(d, str)],
+                  unit if _UNIT.match(unit) else "", kind,  # type: ignore[arg-type]
+                  service if kind in SERVICE_KINDS and _UNIT.match(service) else "")
 
 
 def from_probe(reported: Any) -> list[Holder]:
-    """The survey's provisioner_holders (module_utils/holders.py) -> holders."""
-    r = reported if isinstance(reported, dict) else {}
-
-    def output(key: str) -> str:
-        part = r.get(key)
-        return str(part.get("output") or "") if isinstance(part, dict) else ""
-
-    cgroups = r.get("cgroups") if isinstance(r.get("cgroups"), dict) else {}
-    return read(fuser=output("fuser"), compute_apps=output("compute_apps"),
-                cgroups={str(k): str(v) for k, v in cgroups.items()})
+    """The survey's provisioner_holders (module_utils/holders.py collect) -> holders, by pid."""
+    listed = reported.get("holders") if isinstance(reported, dict) else None
+    found = {h.pid: h for h in map(_holder, listed[:MAX_HOLDERS] if isinstance(listed, list) else []) if h}
+    return [found[pid] for pid in sorted(found)]
 
 
 @dataclass(frozen=True)
@@ -175,7 +90,7 @@ def activation(holders: list[Holder], modules: dict[str, str] | None = None) -> 
     started after) and no module outside our reach holds the driver (nvidia_drm used by a
     console or display). Fabric manager is never stopped under a live NVLink fabric, and a
     workload is never stopped: those say why not, naming each holder."""
-    blockers = [h for h in holders if h.kind not in STOPPABLE]
+    blockers = [h for h in holders if h.kind not in STOPPABLE or not h.service_unit]
     if blockers:
         fm = [h for h in blockers if h.kind == "fabric_manager"]
         why = "; ".join(h.describe() for h in blockers)
@@ -189,12 +104,9 @@ def activation(holders: list[Holder], modules: dict[str, str] | None = None) -> 
     if drm.isdigit() and int(drm) > 0:
         return Activation(False, f"module nvidia_drm is in use ({drm} references: a console or display server uses "
                                  "the GPU) and cannot be unloaded; reboot")
-    units = tuple(sorted({h.unit or _unit_for(h.kind) for h in holders}))
+    units = tuple(sorted({h.service_unit for h in holders if h.service_unit}))
     if not holders:
         return Activation(True, "nothing holds /dev/nvidia*: the old module can be unloaded and the new one loaded")
     return Activation(True, f"only {', '.join(units)} hold /dev/nvidia*: stopped, the old module unloaded and the new "
                             "one loaded, then started again", units)
 
-
-def _unit_for(kind: str) -> str:
-    return next(unit for k, unit, _ in SERVICES if k == kind)

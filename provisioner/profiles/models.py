@@ -460,8 +460,9 @@ class Mig(Strict):
                     "`all: [...]` for every GPU, or per GPU index (`0: [...]`); each gets one compute instance. "
                     "Checked against the model's placements (data/mig.yml); needs hardware.gpu.mig: true")
     reconfigure_in_use: bool = Field(
-        False, description="may the role destroy GPU instances that differ from the layout while processes use "
-                           "them (false: such a GPU is left as it is and reported)")
+        False, description="may a MIG change go ahead while processes hold the GPUs, and destroy GPU instances "
+                           "that differ from the layout while processes use them (processes are never killed; "
+                           "false: such a GPU is left as it is and reported)")
 
 
 class Reboot(Strict):

@@ -1,13 +1,24 @@
 # -*- coding: utf-8 -*-
-"""What holds a host's NVIDIA device files, read on the host and judged on the controller
-(provisioner/judge/holders.py: the one place that reads it, for `provision plan`, the
-reboot-free driver activation decision and MIG changes).
+"""What holds a host's NVIDIA device files: read and classified on the host, the one holder
+detection. `provision plan` and the reboot-free driver activation decision judge what the
+probe reports (provisioner/judge/holders.py reads the classified list); a MIG change
+(module_utils/mig_layout.py, run by mig_apply) stops or waits on what it finds here.
 
-Read-only and bounded. The host sends the tools' own text, not a reading of it: `fuser -v`
-over every /dev/nvidia* character device (its table goes to stderr and the PIDs to stdout;
-fuser flushes each, so one pipe for both gives the table as a terminal shows it), nvidia-smi's
-compute applications, each holder's /proc/PID/cgroup (its systemd unit) and the NVIDIA
-modules' reference counts. Standard library only, like the rest of module_utils."""
+Read-only and bounded. The tools' own text is read and kept in the report as evidence:
+`fuser -v` over every /dev/nvidia* character device (its table goes to stderr and the PIDs to
+stdout; fuser flushes each, so one pipe for both gives the table as a terminal shows it),
+nvidia-smi's compute applications, each holder's /proc/PID/cgroup (its systemd unit) and the
+NVIDIA modules' reference counts. `lsof /dev/nvidia*`'s text is read too, for captures.
+Everything the tools print is untrusted: lines that do not parse are skipped, PIDs are
+numbers, names are cut and kept as data, never a shell word. Standard library only, like the
+rest of module_utils.
+
+Kinds, from the process name and, where the host has it, the systemd unit of its cgroup:
+persistenced (nvidia-persistenced), fabric_manager (nv-fabricmanager), dcgm (nv-hostengine),
+dcgm_exporter, cuda (a process nvidia-smi lists as a compute application) and process
+(anything else: a display server, a monitoring agent, a program between CUDA calls).
+fuser cuts names to 15 characters and lsof to 9 ("nvidia-persiste", "nv-fabric"), so names
+match by prefix."""
 
 from __future__ import annotations
 
@@ -20,6 +31,127 @@ import subprocess
 MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
 MAX_PIDS = 256          # a host with more holders than this is busy whatever they are
 MAX_OUTPUT = 200_000
+
+KINDS = ("persistenced", "fabric_manager", "dcgm", "dcgm_exporter", "cuda", "process")
+# (kind, the unit's name, the process names it runs under): name prefixes as fuser (15
+# characters) and lsof (9) cut them, and the full names the units' ExecStart runs.
+SERVICES = (
+    ("persistenced", "nvidia-persistenced.service", ("nvidia-persistenced",)),
+    ("fabric_manager", "nvidia-fabricmanager.service", ("nv-fabricmanager",)),
+    ("dcgm", "nvidia-dcgm.service", ("nv-hostengine",)),
+    ("dcgm_exporter", "dcgm-exporter.service", ("dcgm-exporter",)),
+)
+# The other unit names NVIDIA's packages have used: DCGM's host engine as nv-hostengine.service,
+# and the datacenter-gpu-manager-exporter package's own unit (NVIDIA/dcgm-exporter,
+# packaging/config-files/systemd/nvidia-dcgm-exporter.service; the dcgm_exporter role masks it
+# for its own). The driver role's nvidia_driver_gpu_holder_units lists these units and the
+# table's (tests/test_holders.py keeps the two the same).
+UNIT_ALIASES = {"nv-hostengine.service": "dcgm", "nvidia-dcgm-exporter.service": "dcgm_exporter"}
+MIN_PREFIX = 9  # lsof's cut: a shorter name matches only whole
+_NAME = re.compile(r"[^\x21-\x7e]")
+_PID = re.compile(r"^[0-9]{1,10}$")
+
+
+def _clean(text: str, limit: int = 64) -> str:
+    return _NAME.sub("?", text)[:limit]
+
+
+def _matches(name: str, full: str) -> bool:
+    return name == full or (len(name) >= MIN_PREFIX and full.startswith(name))
+
+
+def _holder(pid: int, command: str, user: str = "") -> dict:
+    return {"pid": pid, "command": _clean(command), "user": _clean(user), "devices": [], "unit": "",
+            "kind": "process", "service_unit": ""}
+
+
+def parse_fuser(text: str) -> dict[int, dict]:
+    """`fuser -v /dev/nvidia*` (table and PIDs in one stream, as a terminal shows them):
+    pid -> holder with every device it holds. A device name alone on its line (a long
+    /dev/nvidia-nvswitchN) carries over to the next line; "Cannot stat" and other noise is skipped."""
+    holders: dict[int, dict] = {}
+    device = ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = re.match(r"^(/dev/\S+):(.*)$", line)
+        if m:
+            device, line = _clean(m.group(1), 200), " " + m.group(2)
+        parts = line.split()
+        if len(parts) < 4 or not raw[:1].isspace() and not m or not _PID.match(parts[1]) or not device:
+            continue
+        user, pid, access, command = parts[0], int(parts[1]), parts[2], " ".join(parts[3:])
+        if not re.match(r"^[A-Za-z.]{1,8}$", access):
+            continue
+        h = holders.setdefault(pid, _holder(pid, command, user))
+        if device not in h["devices"]:
+            h["devices"].append(device)
+    return holders
+
+
+def parse_lsof(text: str) -> dict[int, dict]:
+    """`lsof /dev/nvidia*`: COMMAND PID USER FD TYPE DEVICE [SIZE/OFF] NODE NAME (SIZE/OFF is
+    empty for mmap'ed "mem" lines) -> pid -> holder."""
+    holders: dict[int, dict] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 8 or not _PID.match(parts[1]) or parts[4] != "CHR":
+            continue
+        name = _clean(parts[-1] if parts[-1].startswith("/dev/") else "/dev/" + parts[-1], 200)
+        h = holders.setdefault(int(parts[1]), _holder(int(parts[1]), parts[0], parts[2]))
+        if name not in h["devices"]:
+            h["devices"].append(name)
+    return holders
+
+
+def parse_compute_apps(text: str) -> dict[int, str]:
+    """nvidia-smi --query-compute-apps=pid,process_name --format=csv[,noheader]: pid -> name."""
+    apps = {}
+    for line in text.splitlines():
+        pid, _, name = line.partition(",")
+        if _PID.match(pid.strip()):
+            apps[int(pid.strip())] = _clean(name.strip(), 200)
+    return apps
+
+
+def unit_of(cgroup: str) -> str:
+    """The systemd service a process runs in, from /proc/PID/cgroup ("0::/system.slice/x.service")."""
+    for line in cgroup.splitlines():
+        path = line.split(":", 2)[-1]
+        for part in reversed(path.split("/")):
+            if re.match(r"^[A-Za-z0-9@._:-]{1,200}\.service$", part):
+                return part
+    return ""
+
+
+def classify(h: dict, compute_apps: dict[int, str]) -> str:
+    for kind, unit, names in SERVICES:
+        if h["unit"] == unit or UNIT_ALIASES.get(h["unit"]) == kind or any(_matches(h["command"], n) for n in names):
+            return kind
+    return "cuda" if h["pid"] in compute_apps else "process"
+
+
+def service_unit(kind: str, unit: str) -> str:
+    """The unit that stops a GPU service holder: the one its cgroup names, else the table's;
+    "" for a workload (cuda, process), which is never stopped."""
+    return unit or next((u for k, u, _ in SERVICES if k == kind), "")
+
+
+def read(fuser: str = "", lsof: str = "", compute_apps: str = "", cgroups: dict | None = None) -> list[dict]:
+    """Every holder the texts name, classified, by pid: {pid, command, user, devices, unit (from
+    its cgroup), kind, service_unit}. Compute applications that no device listing shows
+    (another PID namespace) are holders too."""
+    holders = parse_lsof(lsof)
+    for pid, h in parse_fuser(fuser).items():
+        known = holders.setdefault(pid, h)
+        known["devices"] = sorted(set(known["devices"]) | set(h["devices"]))
+    apps = parse_compute_apps(compute_apps)
+    for pid, name in apps.items():
+        holders.setdefault(pid, dict(_holder(pid, name), devices=["(nvidia-smi compute application)"]))
+    for pid, h in holders.items():
+        h["unit"] = unit_of(str((cgroups or {}).get(str(pid)) or ""))
+        h["kind"] = classify(h, apps)
+        h["service_unit"] = service_unit(h["kind"], h["unit"]) if h["kind"] not in ("cuda", "process") else ""
+    return [holders[pid] for pid in sorted(holders)]
 
 
 def _run(argv: list[str], timeout: int) -> dict:
@@ -59,18 +191,16 @@ def _read(path: str, limit: int = 4096) -> str | None:
 
 def collect(timeout: int = 30) -> dict:
     """devices, fuser {rc, output}, compute_apps {rc, output}, cgroups {pid: text}, modules
-    {name: refcnt text}; fuser and nvidia-smi are not run where there is no device."""
+    {name: refcnt text} (the evidence) and holders (read() of it); fuser and nvidia-smi are not
+    run where there is no device."""
     found = devices()
     modules = {m: (_read(f"/sys/module/{m}/refcnt") or "").strip() for m in MODULES if os.path.isdir(f"/sys/module/{m}")}
     if not found:
-        return {"devices": [], "fuser": None, "compute_apps": None, "cgroups": {}, "modules": modules}
+        return {"devices": [], "fuser": None, "compute_apps": None, "cgroups": {}, "modules": modules, "holders": []}
     fuser = _run(["fuser", "-v", "--"] + found, timeout)
     apps = _run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"], timeout)
-    pids = []
-    for line in fuser["output"].splitlines():  # the PID column: the first number after the user
-        m = re.match(r"^(?:/dev/\S+:)?\s+\S+\s+(\d+)\s", line)
-        if m and m.group(1) not in pids:
-            pids.append(m.group(1))
-    cgroups = {pid: _read(f"/proc/{pid}/cgroup") for pid in pids[:MAX_PIDS]}
-    return {"devices": found, "fuser": fuser, "compute_apps": apps,
-            "cgroups": {pid: text for pid, text in cgroups.items() if text is not None}, "modules": modules}
+    pids = list(parse_fuser(fuser["output"]))[:MAX_PIDS]
+    cgroups = {str(pid): text for pid in pids if (text := _read(f"/proc/{pid}/cgroup")) is not None}
+    return {"devices": found, "fuser": fuser, "compute_apps": apps, "cgroups": cgroups, "modules": modules,
+            "holders": read(fuser=fuser["output"], compute_apps=apps["output"] if apps["rc"] == 0 else "",
+                            cgroups=cgroups)}

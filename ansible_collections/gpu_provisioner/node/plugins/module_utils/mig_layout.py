@@ -130,15 +130,28 @@ def _gpu_plan(index: int, want: list[str], gpu: dict, reconfigure_in_use: bool) 
     return steps, []
 
 
+# What a MIG mode or instance change does with each kind of holder (module_utils/holders.py
+# classifies them), as NVIDIA's MIG manager does it: its systemd hooks stop nvidia-dcgm.service
+# and dcgm-exporter.service (with nvsm and kubelet) before a mode change and start them after,
+# and it runs after nvidia-persistenced and nvidia-fabricmanager, which stay up
+# (https://github.com/NVIDIA/mig-parted/blob/main/deployments/systemd/hooks.sh and
+# nvidia-gpu-reset.target there). The MIG user guide: "All daemons holding handles on driver
+# modules need to be stopped before MIG enablement", naming DCGM
+# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html).
+STOPPED_AROUND = frozenset({"dcgm", "dcgm_exporter"})
+KEPT_RUNNING = frozenset({"persistenced", "fabric_manager"})
+
+
 def plan(want: dict[int, list[str]], now: dict[int, dict], holders: list[dict],
          reconfigure_in_use: bool = False) -> dict:
     """The ordered steps from `now` to `want` (GPU index -> instances, largest first).
 
-    holders: what holds the GPUs (units to stop, processes to report), from the holder
-    detection `provision plan` uses: [{"unit": "dcgm-exporter.service"}, {"pid": 4242, "name": "python3"}].
-    A matching layout gives no steps. Steps that change the mode or destroy instances need the
-    GPUs free: the units are stopped first and started again last; a process is never killed,
-    it blocks the GPUs instead."""
+    holders: what holds the GPUs, classified by module_utils/holders.py (the detection
+    `provision plan` reports): [{"pid", "command", "kind", "service_unit", ...}]. A matching
+    layout gives no steps. Steps that change the mode or destroy instances need the GPUs free:
+    DCGM and the exporter are stopped first and started again last; persistenced and fabric
+    manager stay; any other process (a CUDA program, a display server) is never killed and
+    blocks the change unless reconfigure_in_use (then a reset it keeps from working means a reboot)."""
     steps: list[dict] = []
     blocked: list[str] = []
     for index, names in sorted(want.items()):
@@ -151,13 +164,16 @@ def plan(want: dict[int, list[str]], now: dict[int, dict], holders: list[dict],
     disruptive = [s for s in steps if s["kind"] in ("enable", "reset", "destroy")]
     if not disruptive:
         return {"steps": steps, "blocked": blocked}
-    processes = [h for h in holders if "pid" in h]
-    if processes:
-        names = ", ".join(f"{h.get('name', '?')} (pid {h['pid']})" for h in processes)
+    services = [h for h in holders if h.get("kind") in STOPPED_AROUND and h.get("service_unit")]
+    processes = [h for h in holders if h not in services and h.get("kind") not in KEPT_RUNNING]
+    if processes and not reconfigure_in_use:
+        names = ", ".join(f"{h.get('command', '?')} (pid {h.get('pid', '?')}, {h.get('kind', 'process')})"
+                          for h in processes)
         return {"steps": [s for s in steps if s not in disruptive and s["kind"] != "create"],
                 "blocked": blocked + [f"processes hold the GPUs: {names}; stop them, then run again "
-                                      "(MIG mode changes and instance changes need idle GPUs)"]}
-    units = [h["unit"] for h in holders if "unit" in h]
+                                      "(MIG mode changes and instance changes need idle GPUs; "
+                                      "mig.reconfigure_in_use: true goes ahead regardless)"]}
+    units = list(dict.fromkeys(h["service_unit"] for h in services))
     stop = [_step("stop", None, ["systemctl", "stop", u], f"{u} holds the GPUs") for u in units]
     start = [_step("start", None, ["systemctl", "start", u], f"start {u} again") for u in reversed(units)]
     return {"steps": stop + steps + start, "blocked": blocked}

@@ -131,7 +131,8 @@ provisioner_holders:
   description: >-
     With preflight, what holds the NVIDIA device files (module_utils/holders.py): devices,
     fuser -v's table, nvidia-smi's compute applications, each holder's cgroup, the NVIDIA
-    modules' reference counts. The controller reads it (provisioner/judge/holders.py).
+    modules' reference counts (the evidence) and holders, each classified. The controller
+    reads holders and modules (provisioner/judge/holders.py).
   type: dict
 """
 
