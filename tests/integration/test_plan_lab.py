@@ -15,8 +15,8 @@ with the driver-only lab profile (its committed image, provisioner.lab.converged
    (2.16.5-1+cuda11.8, which the committed snapshot lacks), disruption none and no reboot;
    up then installs exactly those, held, without a reboot; a second plan has nothing left
    to do. One converge only (about 2 minutes on a loaded lab machine): an upgrade to another
-   release would cost a second one, and install/upgrade/downgrade are told apart on
-   captured states in tests/test_plan.py.
+   release would cost a second one, and a library upgrade (libnccl2) is judged on a
+   captured state in tests/test_plan.py.
 
 A container neither loads a module nor reboots, so the reboot flag is proven false here;
 the reboot side is tested on captured holder states (tests/test_holders.py)."""
