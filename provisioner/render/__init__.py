@@ -76,6 +76,10 @@ PROFILE_FIELD: dict[str, str] = {
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
     "network_gpudirect_rdma": "network.gpudirect_rdma", "network_gpudirect_min_kernel": "network.gpudirect_rdma",
+    "containers_runtime": "containers.runtime", "containers_default_runtime": "containers.default_runtime",
+    "containers_toolkit_version": "containers.toolkit_version", "containers_toolkit_pins": "containers.toolkit_version",
+    "containers_toolkit_base_url": "mirrors.container_toolkit_url",
+    "containers_toolkit_key_fingerprint": "mirrors.container_toolkit_key_fingerprint",
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
     "state_timer_node_exporter_listen_address": "monitoring.node_exporter.listen_address",
@@ -197,6 +201,10 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "network_iperf3": p.network.iperf3,
         **_infiniband(p),
         **_state_timer(p),
+        "containers_runtime": p.containers.runtime,
+        "containers_default_runtime": p.containers.default_runtime,
+        "containers_toolkit_version": p.containers.toolkit_version or "",
+        "containers_toolkit_pins": pins.get("container_toolkit", {}),
     }
     if env.enabled:
         out.update({
@@ -231,6 +239,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "dcgm_exporter_binary": local(exporter.binary),
         "dcgm_exporter_binary_sha256": exporter.binary_sha256,
         "provisioner_download_base_url": m.download_base_url,
+        "containers_toolkit_base_url": m.container_toolkit_url,
+        "containers_toolkit_key_fingerprint": m.container_toolkit_key_fingerprint,
     }
     out.update({k: v for k, v in optional.items() if v is not None})
     return out
