@@ -15,7 +15,8 @@ import os
 import subprocess
 import tempfile
 
-from ansible_collections.gpu_provisioner.node.plugins.module_utils import container_runtime
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.container_runtime import (ConfigError, containerd_state,
+                                                                                       docker_state)
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import installed, site_packages
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import diff as freeze_diff
 
@@ -106,10 +107,10 @@ def _runtime_state(engine: str, text: str | None) -> bool | None:
     """Whether the nvidia runtime is registered as we register it (None: no file)."""
     if text is None:
         return None
-    state = container_runtime.docker_state if engine == "docker" else container_runtime.containerd_state
+    state = docker_state if engine == "docker" else containerd_state
     try:
         return bool(state(text)["registered"])
-    except (container_runtime.ConfigError, ValueError):
+    except (ConfigError, ValueError):
         return False
 
 
