@@ -34,7 +34,7 @@ def _standin_index() -> aptindex.Index:
 def test_a_version_only_the_index_carries_resolves_and_one_it_lacks_is_refused_naming_it(tmp_path: Path):
     assert "1.17.9-1" not in toolkit.data().versions          # the stand-in serves it; the data does not cite it
     pins = toolkit.index_pins(_profile(tmp_path, "1.17.9-1"), _standin_index())
-    assert pins == {n: "1.17.9-1" for n in toolkit.data().names}
+    assert pins == dict.fromkeys(toolkit.data().names, "1.17.9-1")
     with pytest.raises(ProvisionError) as err:
         toolkit.index_pins(_profile(tmp_path, "1.20.0-1"), _standin_index())   # cited in the data, not served
     assert "http://standin/stable/deb/amd64/" in err.value.message and "1.17.9-1" in err.value.message

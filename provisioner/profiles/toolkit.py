@@ -88,7 +88,7 @@ def snapshot_pins(p: Profile) -> dict[str, str]:
         raise ProvisionError(f"NVIDIA Container Toolkit {version} is not among the versions "
                              f"{DATA.name} cites ({', '.join(data().versions)})", where=FIELD,
                              fix="pick one of those, or resolve against the repository's live index")
-    return {name: version for name in data().names}
+    return dict.fromkeys(data().names, version)
 
 
 def index_pins(p: Profile, index: aptindex.Index) -> dict[str, str]:
@@ -100,7 +100,7 @@ def index_pins(p: Profile, index: aptindex.Index) -> dict[str, str]:
         raise ProvisionError(f"{', '.join(missing)} {version} is not in {index.url} (Release Date {index.release_date}; "
                              f"it carries {data().names[0]} {', '.join(have[-8:]) or 'in no version'})",
                              where=FIELD, fix="pick a version the repository carries")
-    return {name: version for name in data().names}
+    return dict.fromkeys(data().names, version)
 
 
 def pins(p: Profile, mode: str = "live") -> tuple[dict[str, str], dict[str, str] | None]:
