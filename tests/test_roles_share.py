@@ -109,7 +109,7 @@ def test_what_a_role_manages_is_declared_once_in_its_vars_not_by_a_task():
     for name in site["vars"]["site_managed_state_vars"]:
         role = name.removesuffix("_managed")
         declared = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
-        assert set(declared[name]) <= {"packages", "held_packages", "files", "units", "python_envs"}, name
+        assert set(declared[name]) <= {"packages", "held_packages", "files", "units", "python_envs", "runtimes"}, name
     # the record reads them by name, through the vars lookup (role vars are not hostvars)
     (record,) = [t for t in site["post_tasks"]
                  if (t.get("gpu_provisioner.node.provisioner_state") or {}).get("action") == "record"]

@@ -34,5 +34,13 @@ def load() -> manifest_mod.Manifest:
 
 
 def build(root: Path = cudarepo.DEFAULT_ROOT) -> cudarepo.Repo:
-    """Build (or find cached) the toolkit stand-in under `root`."""
-    return cudarepo.build(root, manifest=load())
+    """Build (or find cached) the toolkit stand-in under `root`, with its key also at
+    ``<root>/gpgkey``, where NVIDIA publishes its own (the install guide's URL), so a profile's
+    mirrors.container_toolkit_url names the served root as it would name a mirror."""
+    repo = cudarepo.build(root, manifest=load())
+    key, gpgkey = (repo.root / repo.key_path).read_bytes(), repo.root / "gpgkey"
+    if not gpgkey.is_file() or gpgkey.read_bytes() != key:
+        tmp = gpgkey.with_name(".gpgkey.tmp")
+        tmp.write_bytes(key)
+        tmp.replace(gpgkey)
+    return repo

@@ -201,9 +201,10 @@ def load(ref: str) -> Loaded:
         )
     # No package versions are resolved here: loading works offline for every command,
     # `judge` and `report` included. render/up resolve them (packages.resolve).
-    from provisioner.profiles import packages
+    from provisioner.profiles import packages, toolkit
     try:
         packages.check_key_fingerprint(profile)
+        toolkit.check_key_fingerprint(profile)
         advisory = packages.snapshot_advisory(profile)
     except ProvisionError as exc:
         where = _where(files, tuple(exc.where.split("."))) if exc.where and exc.where.startswith("mirrors.") else None

@@ -362,6 +362,12 @@ class Mirrors(Strict):
     cuda_repo_key_fingerprint: KeyFingerprint | None = Field(
         None, description="the key's fingerprint, 40 upper-case hex digits; the key is refused unless it matches "
                           "(default: NVIDIA's EB693B3035CD5710E231E123A4B469963BF863CC)")
+    container_toolkit_url: RepoUrl | None = Field(
+        None, description="mirror of NVIDIA's libnvidia-container repository root (the folder holding stable/); "
+                          "stable/deb/<arch>/ is appended")
+    container_toolkit_key_fingerprint: KeyFingerprint | None = Field(
+        None, description="the toolkit repository's signing key fingerprint, 40 upper-case hex digits (default: "
+                          "NVIDIA's C95B321B61E88C1809C4F759DDCAE044F796ECB0); the key is its gpgkey file beside stable/")
     apt_proxy: WebUrl | None = Field(None, description="http proxy for apt, e.g. an apt-cacher-ng shared by the fleet")
     pip_index_url: WebUrl | None = Field(None, description="pip index for the environment's packages (torch comes "
                                                          "from torch_index_url)")
@@ -379,6 +385,26 @@ class Mirrors(Strict):
     ca_certificates: list[ControllerPath] = Field(
         default_factory=list, description="extra CA certificate files to trust: PEM certificates only, in the files "
                                           "root on the controller")
+
+
+class Containers(Strict):
+    """A container engine with NVIDIA's Container Toolkit (docs/containers.md)."""
+
+    runtime: Literal["none", "docker"] = Field(
+        "none", description="docker: Docker (docker.io) from the distribution's archive with the nvidia runtime "
+                            "registered in /etc/docker/daemon.json; none: no engine is set up, and what an earlier "
+                            "converge registered and installed is taken out again")
+    default_runtime: bool = Field(False, description="make nvidia Docker's default runtime (default-runtime)")
+    toolkit_version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+-\d+$")] | None = Field(
+        None, description="the NVIDIA Container Toolkit's exact package version (1.17.8-1), needed with a runtime; "
+                          "resolved in the toolkit repository's signed index before any host is touched")
+
+    @model_validator(mode="after")
+    def _version_with_runtime(self) -> Containers:
+        if self.runtime != "none" and self.toolkit_version is None:
+            raise ValueError(f"containers.runtime {self.runtime} needs containers.toolkit_version: the NVIDIA Container "
+                             "Toolkit's exact package version, e.g. 1.17.8-1")
+        return self
 
 
 class AcceptFloors(Strict):
@@ -515,6 +541,8 @@ class Profile(Strict):
         description="the Python environments, each with its own name, prefix, owner, framework and packages "
                     "(python_env is the one-item form); an environment the list drops is removed from the hosts")
     dcgm: Dcgm = Field(default_factory=Dcgm, description="DCGM and dcgm-exporter")
+    containers: Containers = Field(default_factory=Containers, description="a container engine with NVIDIA's "
+                                                                           "Container Toolkit (off when left out)")
     mirrors: Mirrors = Field(default_factory=Mirrors, description="where packages come from: only mirrored and "
                                                                   "air-gapped sites set these")
     verify: Verify = Field(default_factory=Verify, description="what verify demands beyond the hardware section")

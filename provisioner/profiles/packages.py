@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from provisioner.profiles import catalogue, compat
+from provisioner.profiles import catalogue, compat, toolkit
 from provisioner.profiles.catalogue import Catalogue
 from provisioner.errors import ProvisionError
 from provisioner.profiles.models import Profile
@@ -209,6 +209,7 @@ class Plan:
     pins: dict[str, Pins] = field(default_factory=dict)
     origin: str = ""                              # Catalogue.origin of the versions
     index: dict[str, str] | None = None           # aptindex.Index.provenance, from a live index
+    toolkit_index: dict[str, str] | None = None   # the same, of the container toolkit's repository
 
     def get(self, component: str, default: Pins | None = None) -> Pins:
         return self.pins.get(component, default if default is not None else {})
@@ -225,6 +226,17 @@ def repository(p: Profile, cat: Catalogue) -> aptindex.Repository:
 
 
 def resolve(p: Profile, mode: Mode = "live") -> Plan:
+    """NVIDIA's CUDA packages (_resolve_cuda) and the container toolkit's (profiles/toolkit.py),
+    each from its own repository's index: component container_toolkit holds the latter."""
+    cuda = _resolve_cuda(p, mode)
+    if not toolkit.enabled(p):
+        return cuda
+    offline = os.environ.get(INDEX_ENV, "") == "snapshot" or mode == "snapshot"
+    pins, provenance = toolkit.pins(p, "snapshot" if offline else mode)
+    return Plan({**cuda.pins, "container_toolkit": pins}, cuda.origin, cuda.index, provenance)
+
+
+def _resolve_cuda(p: Profile, mode: Mode) -> Plan:
     """The plan from the repository's live signed index (`live`); from the index the last
     live resolution read (`recorded`: check and verify, so the archive moving on is not
     drift; live when there is none); or from the snapshot (`snapshot`, or $PROVISION_PACKAGE_INDEX).
@@ -261,6 +273,11 @@ def check_key_fingerprint(p: Profile) -> None:
 def snapshot_advisory(p: Profile) -> str | None:
     """What the offline snapshot says of the profile's versions, when it lacks one: an
     advisory (the live index decides), never a refusal."""
+    if toolkit.enabled(p):
+        try:
+            toolkit.snapshot_pins(p)
+        except ProvisionError as exc:
+            return f"{exc.where}: {exc.message} (advisory: render, preflight and up resolve against the repository's live index)"
     if not uses_cuda_repo(p):
         return None
     cat = load_catalogue(p)                 # a flavour with no snapshot at all is refused

@@ -74,6 +74,10 @@ PROFILE_FIELD: dict[str, str] = {
     **{f"scratch_{name}": f"storage.scratch.{name}" for name in (
         "enabled", "devices", "all_unused_nvme", "layout", "filesystem", "mount_point", "mount_options",
         "device_timeout_s", "owner", "mode", "wipe")},
+    "containers_runtime": "containers.runtime", "containers_default_runtime": "containers.default_runtime",
+    "containers_toolkit_version": "containers.toolkit_version", "containers_toolkit_pins": "containers.toolkit_version",
+    "containers_toolkit_base_url": "mirrors.container_toolkit_url",
+    "containers_toolkit_key_fingerprint": "mirrors.container_toolkit_key_fingerprint",
     "state_timer_enabled": "monitoring.state_timer.enabled", "state_timer_interval": "monitoring.state_timer.interval_s",
     "mig_layout": "mig.layout", "mig_reconfigure_in_use": "mig.reconfigure_in_use",
     "state_timer_node_exporter": "monitoring.node_exporter.manage",
@@ -238,6 +242,12 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         # Only when on: the role's own defaults keep it off, and a profile without it renders as before.
         **({f"scratch_{name}": value for name, value in p.storage.scratch.model_dump().items()}
            if p.storage.scratch.enabled else {}),
+        # Only when on, as scratch: the role's defaults keep it off, and a profile without it renders as before.
+        **({"containers_runtime": p.containers.runtime,
+            "containers_default_runtime": p.containers.default_runtime,
+            "containers_toolkit_version": p.containers.toolkit_version or "",
+            "containers_toolkit_pins": pins.get("container_toolkit", {})}
+           if p.containers.runtime != "none" else {}),
     }
     if p.python_envs:
         out["python_env_conda_channels"] = m.conda_channels
@@ -255,6 +265,8 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "dcgm_exporter_binary": local(exporter.binary),
         "dcgm_exporter_binary_sha256": exporter.binary_sha256,
         "provisioner_download_base_url": m.download_base_url,
+        "containers_toolkit_base_url": m.container_toolkit_url,
+        "containers_toolkit_key_fingerprint": m.container_toolkit_key_fingerprint,
     }
     out.update({k: v for k, v in optional.items() if v is not None})
     return out

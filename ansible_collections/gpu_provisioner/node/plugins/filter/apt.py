@@ -193,7 +193,7 @@ def units_active(lines: list[str]) -> list[str]:
     return found
 
 
-def apt_preferences(pins: dict[str, str], origin: str, label: str, what: str) -> str:
+def apt_preferences(pins: dict[str, str], origin: str, label: str, what: str, host: str = "") -> str:
     """apt preferences for packages pinned to exact versions from one repository.
 
     apt uses the first record that matches a package version (checked with apt on this
@@ -204,16 +204,25 @@ def apt_preferences(pins: dict[str, str], origin: str, label: str, what: str) ->
       3. anything else, from any other source (the Ubuntu archive's own build of the same
          upstream version, a PPA): -1, never installed.
     Names and versions come from the package catalogue (render), not from free text; an
-    origin or label with a comma or a newline is refused, as it would end the Pin field."""
+    origin or label with a comma or a newline is refused, as it would end the Pin field.
+    With `host`, record 2 names the repository by the host apt fetched it from (Pin: origin
+    <host>) instead: for a repository whose Release fields no public source confirms (NVIDIA's
+    libnvidia-container stable/deb, data/container_toolkit.yml's not_confirmed)."""
+    if host:
+        if not re.fullmatch(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]", host):
+            raise ValueError(f"apt_preferences: not a host name: {host!r}")
+        release, source = f"origin {host}", host
+    else:
+        release, source = None, f"{origin} {label}"
     for field in (origin, label):
         if any(c in field for c in ",\n\r"):
             raise ValueError(f"apt_preferences: a release field may not hold ',' or a newline: {field!r}")
-    blocks = [f"# gpu-provisioner: {what} at exactly these versions, from {origin} {label} only."]
+    blocks = [f"# gpu-provisioner: {what} at exactly these versions, from {source} only."]
     for name, version in sorted(pins.items()):
         if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]*", name) or not re.fullmatch(r"[0-9][A-Za-z0-9.+~:-]*", version):
             raise ValueError(f"apt_preferences: not a package pin: {name}={version}")
         blocks.append(f"Package: {name}\nPin: version {version}\nPin-Priority: 1001")
-        blocks.append(f"Package: {name}\nPin: release o={origin},l={label}\nPin-Priority: 100")
+        blocks.append(f"Package: {name}\nPin: {release or f'release o={origin},l={label}'}\nPin-Priority: 100")
         blocks.append(f"Package: {name}\nPin: version *\nPin-Priority: -1")
     return "\n\n".join(blocks) + "\n"
 

@@ -15,10 +15,15 @@ import os
 import subprocess
 import tempfile
 
+from ansible_collections.gpu_provisioner.node.plugins.module_utils.container_runtime import (ConfigError, containerd_state,
+                                                                                       docker_state)
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import installed, site_packages
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze import diff as freeze_diff
 
-KINDS = ("held_packages", "packages", "files", "units", "python_envs")
+KINDS = ("held_packages", "packages", "files", "units", "python_envs", "runtimes")
+# A runtimes item is "<engine>:<config file>": the nvidia runtime registered there (a file the
+# user owns too, so its state is the registration, not the file's sha256).
+ENGINE_UNITS = {"docker": "docker.service", "containerd": "containerd.service"}
 RECORD = "/etc/ansible/facts.d/provisioner.fact"
 
 
@@ -90,6 +95,40 @@ def _python_envs(pythons: list[str]) -> dict[str, dict | None]:
     return found
 
 
+def runtime_item(item: str) -> tuple[str, str] | None:
+    """(engine, path) of a runtimes item; None for anything else (the record is the host's word)."""
+    engine, _, path = item.partition(":")
+    if engine not in ENGINE_UNITS or not path.startswith(f"/etc/{engine}/") or ".." in path:
+        return None
+    return engine, path
+
+
+def _runtime_state(engine: str, text: str | None) -> bool | None:
+    """Whether the nvidia runtime is registered as we register it (None: no file)."""
+    if text is None:
+        return None
+    state = docker_state if engine == "docker" else containerd_state
+    try:
+        return bool(state(text)["registered"])
+    except (ConfigError, ValueError):
+        return False
+
+
+def _runtimes(items: list[str]) -> dict[str, bool | None]:
+    found: dict[str, bool | None] = {}
+    for item in items:
+        where = runtime_item(item)
+        if where is None:
+            continue
+        try:
+            with open(where[1], encoding="utf-8") as f:
+                text: str | None = f.read()
+        except FileNotFoundError:
+            text = None
+        found[item] = _runtime_state(where[0], text)
+    return found
+
+
 def read_state(managed: dict) -> dict:
     installed = _packages(managed.get("held_packages", []) + managed.get("packages", []))  # one dpkg-query
     return {
@@ -98,6 +137,7 @@ def read_state(managed: dict) -> dict:
         "files": _files(managed.get("files", [])),
         "units": _units(managed.get("units", [])),
         "python_envs": _python_envs(managed.get("python_envs", [])),
+        "runtimes": _runtimes(managed.get("runtimes", [])),
     }
 
 
@@ -147,6 +187,12 @@ def differences(recorded: dict, now: dict) -> list[dict]:
             add("python_envs", f"python package {name} added ({python})", "absent", version)
         for name, versions in change["changed"].items():
             add("python_envs", f"python package {name} changed ({python})", versions["recorded"], versions["now"])
+    for item, was in sorted(recorded.get("runtimes", {}).items()):
+        cur = now.get("runtimes", {}).get(item)
+        if was and not cur:
+            engine, _, path = item.partition(":")
+            add("runtimes", f"{path} lost the nvidia runtime ({engine})", "registered",
+                "file absent" if cur is None else "not registered")
     return diffs
 
 
@@ -275,16 +321,17 @@ def leftovers(old: dict | None, managed: dict[str, list[str]]) -> dict:
     we installed), files to remove (a role lists only files it writes), and packages left
     because they were there before us. Also the components they belonged to."""
     if not old:
-        return {"units": [], "unhold": [], "purge": [], "files": [], "kept": [], "components": []}
+        return {"units": [], "unhold": [], "purge": [], "files": [], "kept": [], "components": [], "runtimes": []}
     state = old.get("state") or {}
     gone = {k: sorted(set(state.get(k) or {}) - set(managed.get(k, []))) for k in ("held_packages", "packages", "files",
-                                                                                   "units")}
+                                                                                   "units", "runtimes")}
     mine = set(old.get("ours") or [])
     packages = sorted(set(gone["held_packages"]) | set(gone["packages"]))
     components = sorted(role for role, items in (old.get("components") or {}).items()
                         if any(set(items.get(k) or []) & set(gone[k]) for k in gone))
     return {"units": gone["units"], "unhold": gone["held_packages"], "purge": [p for p in packages if p in mine],
-            "files": gone["files"], "kept": [p for p in packages if p not in mine], "components": components}
+            "files": gone["files"], "kept": [p for p in packages if p not in mine], "components": components,
+            "runtimes": [item for item in gone["runtimes"] if runtime_item(item)]}
 
 
 def components_on(record: dict | None) -> dict[str, dict]:

@@ -104,9 +104,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import kernels, mig_layout
 # The local scratch the scratch role built, and how it is now (judged by provisioner/judge/scratch.py).
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import scratch
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import container_runtime
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.state import (
-    KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable, read_state,
-    write_atomic)
+    ENGINE_UNITS, KINDS, compare, dependencies, installed_packages, leftovers, load, merge, ours, previous, purgeable,
+    read_state, runtime_item, write_atomic)
 
 
 def _components(p: dict) -> dict[str, dict]:
@@ -124,7 +125,7 @@ def _write(path: str, record: dict) -> None:
 
 def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:
     gone = leftovers(old, managed)
-    todo = any(gone[k] for k in ("units", "unhold", "purge", "files"))
+    todo = any(gone[k] for k in ("units", "unhold", "purge", "files", "runtimes"))
     result = {"changed": todo, "retired": gone}
     if module.check_mode or not todo:
         module.exit_json(**result)
@@ -134,6 +135,26 @@ def _retire(module: AnsibleModule, old: dict | None, managed: dict) -> None:
         if rc not in ok:
             module.fail_json(msg=f"{' '.join(argv)} failed (exit {rc}): {(err or out).strip()[-2000:]}", **result)
 
+    # The nvidia runtime out of the engine's configuration first (only our keys or block; the
+    # user's settings stay), and the engine restarted if it runs, before its runtime's packages go.
+    for item in gone["runtimes"]:
+        engine, path = runtime_item(item)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        remove = container_runtime.docker_remove if engine == "docker" else container_runtime.containerd_remove
+        try:
+            new, changed = remove(text)
+        except container_runtime.ConfigError as exc:
+            module.fail_json(msg=f"{path}: {exc}", **result)
+        if changed:
+            if new is None:
+                os.unlink(path)
+            else:
+                write_atomic(path, new, os.stat(path).st_mode & 0o7777)
+            run(["systemctl", "try-restart", "--", ENGINE_UNITS[engine]], ok=(0, 5))
     for unit in gone["units"]:
         # One at a time: a unit its role removed already (or whose package is gone) fails to
         # disable ("does not exist", exit 1) and must not keep the others running.
