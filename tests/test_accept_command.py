@@ -141,3 +141,18 @@ def test_the_cost_table_prints_per_node_and_fleet_with_the_guidances_arithmetic(
     assert "h100-owned: 3800 samples/s, $18.75/h, index 202.667," in lines[2]
     assert lines[3].startswith("  fleet: 5000 samples/s, $50.75/h")
     assert Report.from_dict(report.as_dict(), tmp_path).accept == report.accept
+
+
+def test_the_fleet_figure_is_the_slowest_rank_and_a_host_whose_part_failed_counts_as_zero():
+    """Hand-made ddp_run results: the search reads one figure per all-reduce."""
+    def part(*busbw):
+        return {"rc": 0, "results": [{"rank": i, "busbw_GBs": b} for i, b in enumerate(busbw)]}
+    assert accept._fleet_busbw({"a": part(3.5, 3.1), "b": part(3.3)}) == 3.1
+    assert accept._fleet_busbw({"a": part(3.5), "b": {"rc": 124, "results": []}}) == 0.0
+    assert accept._fleet_busbw({"a": part(3.5), "b": None}) == 0.0
+
+
+def test_the_node_allreduce_rendezvous_listens_on_loopback_only():
+    argv = load_module("accept_run").allreduce_argv("/opt/venvs/t/bin/python", "/tmp/s", 8, 29600, 5, 16, 60)
+    assert argv[argv.index("--master-addr") + 1] == argv[argv.index("--local-addr") + 1] == "127.0.0.1"
+    assert argv[argv.index("--nproc-per-node") + 1] == "8" and "timeout=60" in argv
