@@ -135,6 +135,7 @@ def run_step(step: str, request: Request, report: Report, target, inventory_dir:
 
 def _nodes(request, report, target, inventory_dir, run_dir, hosts, forks, hook, become) -> None:
     profile = target.loaded.profile
+    report.accept = dict(report.accept or {}, level=request.level)
     if not hosts:
         return
     if not profile.python_env.enabled or profile.python_env.torch is None:
@@ -166,11 +167,12 @@ def _nodes(request, report, target, inventory_dir, run_dir, hosts, forks, hook, 
             host.checks.extend(checks)
             if workload and samples:
                 costs.append(cost_mod.node(name, samples, price))
+                where = (f"; {accept_judge.CPU_NOTE}" if not int(measured.get("gpus") or 0)
+                         else " (bf16 autocast on the GPU)")
                 host.checks.append(passed("accept reference workload", f"{samples:g} samples/s (a small transformer, "
-                                          "synthetic data, fixed shapes, mixed precision on GPU)"))
+                                          f"synthetic data, fixed shapes){where}"))
             elif workload:
                 host.checks.append(failed("accept reference workload", "no samples/s came back"))
-    report.accept = dict(report.accept or {}, level=request.level)
     if workload:
         report.accept["cost"] = {"per_hour": price, "nodes": [c.as_dict() for c in costs],
                                  "fleet": cost_mod.fleet(costs).as_dict() if costs else None}
@@ -255,4 +257,5 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
     for name in hosts:  # a link, or inconclusive: every host is told, none is named a culprit
         _host(report, name).checks.append(failed(
             "accept fleet", f"the all-reduce across {len(hosts)} hosts fell short of {cut.value:g} GB/s; "
-                            f"{finding.verdict}: {finding.culprit or ''} {finding.why}. Evidence: {evidence}"))
+                            f"{finding.verdict}: " + (f"{finding.culprit}: " if finding.culprit else "")
+                            + f"{finding.why}. Evidence: {evidence}"))

@@ -2,7 +2,8 @@
 # -*- coding: utf-8 -*-
 """This host's part of `provision accept`: in the profile's Python environment, as its owner
 (module_utils/owned_env), (1) an all-reduce across this node's GPUs (torchrun of the
-collection's ddp_smoke.py with one rank per GPU, on loopback: NCCL with GPUs, gloo without)
+collection's ddp_smoke.py with one rank per GPU, on loopback: NCCL with GPUs, two gloo ranks
+without)
 and (2) the collection's accept_measure.py for the steps asked (GEMM, copies, the reference
 workload). Each job runs in its own process group and is killed with it after `timeout`
 seconds; its output folder is removed whatever happened. Nothing is installed or changed."""
@@ -163,14 +164,16 @@ def main():
         module.fail_json(msg=str(exc))
     out = {"owner": owner, "gpus": gpus}
     if p["allreduce"]:
-        job = bounded(allreduce_argv(python, p["scripts_dir"], max(gpus, 1), p["port"], p["steps"], p["tensor_mib"],
+        # One rank per GPU; without GPUs two gloo ranks, so the all-reduce really crosses processes.
+        ranks = gpus or 2
+        job = bounded(allreduce_argv(python, p["scripts_dir"], ranks, p["port"], p["steps"], p["tensor_mib"],
                                      p["timeout"]), p["timeout"], **as_owner(owner, dict(env, OMP_NUM_THREADS="1")))
         results = []
         for line in job.pop("stdout").splitlines():
             if line.startswith("DDP_RESULT "):
                 with contextlib.suppress(ValueError):
                     results.append(json.loads(line[len("DDP_RESULT "):]))
-        out["allreduce"] = dict(job, results=results, nproc_per_node=max(gpus, 1), gpus=gpus, interface="lo")
+        out["allreduce"] = dict(job, results=results, nproc_per_node=ranks, gpus=gpus, interface="lo")
     if p["measure"]:
         folder = tempfile.mkdtemp(prefix="provisioner-accept-out.")
         try:
