@@ -77,6 +77,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import ddp_results
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import as_owner, owner_of
 
 MEASURE_STEPS = ("gemm", "copies", "workload")
@@ -168,11 +169,7 @@ def main():
         ranks = gpus or 2
         job = bounded(allreduce_argv(python, p["scripts_dir"], ranks, p["port"], p["steps"], p["tensor_mib"],
                                      p["timeout"]), p["timeout"], **as_owner(owner, dict(env, OMP_NUM_THREADS="1")))
-        results = []
-        for line in job.pop("stdout").splitlines():
-            if line.startswith("DDP_RESULT "):
-                with contextlib.suppress(ValueError):
-                    results.append(json.loads(line[len("DDP_RESULT "):]))
+        results = ddp_results.parse(job.pop("stdout"))
         out["allreduce"] = dict(job, results=results, nproc_per_node=ranks, gpus=gpus, interface="lo")
     if p["measure"]:
         folder = tempfile.mkdtemp(prefix="provisioner-accept-out.")
