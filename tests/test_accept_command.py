@@ -156,3 +156,15 @@ def test_the_node_allreduce_rendezvous_listens_on_loopback_only():
     argv = load_module("accept_run").allreduce_argv("/opt/venvs/t/bin/python", "/tmp/s", 8, 29600, 5, 16, 60)
     assert argv[argv.index("--master-addr") + 1] == argv[argv.index("--local-addr") + 1] == "127.0.0.1"
     assert argv[argv.index("--nproc-per-node") + 1] == "8" and "timeout=60" in argv
+
+
+def test_ddp_results_are_read_when_two_local_ranks_interleave_their_lines():
+    """Hand-made, in the shape the accept lab run lost a rank to: with PYTHONUNBUFFERED each
+    print() is two writes (text, newline), so two ranks' lines can come out as text, text,
+    newline, newline."""
+    from ansible_collections.gpu_provisioner.node.plugins.module_utils import ddp_results
+
+    out = ('warning line\nDDP_RESULT {"rank": 0, "busbw_GBs": 0.26, "step_ms": [13.6]}'
+           'DDP_RESULT {"rank": 1, "busbw_GBs": 0.27, "step_ms": [13.6]}\n\nDDP_RESULT {"rank": 2, cut\n')
+    assert [r["rank"] for r in ddp_results.parse(out)] == [0, 1]
+    assert ddp_results.parse("") == [] and ddp_results.parse("DDP_RESULT [1, 2]") == []
