@@ -147,6 +147,43 @@ def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet:
     talk_to_hosts(session(ctx), "verify", profile, inventory, fleet.fleet(), network=network, ddp=ddp)
 
 
+@app.command("accept")
+@friendly
+@fleet_options(without=("batch", "max_fail"))
+def accept(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: FleetOptions,
+           level: Annotated[str, typer.Option("--level", help="quick: verify, dcgmi diag -r 1, an all-reduce across "
+                                              "each node's GPUs, the exporter's metric contract; standard: adds dcgmi "
+                                              "diag -r 2, GEMM per precision, memory bandwidth, host-to-device and "
+                                              "GPU-to-GPU copies; burn-in: not built yet (refused).")] = "quick",
+           across: Annotated[bool, typer.Option("--fleet", help="Also an all-reduce across all the hosts (NCCL with "
+                                                "GPUs, gloo without); below its floor, the slow node is searched for "
+                                                "by halving and named with its drain command.")] = False,
+           price: Annotated[Optional[float], typer.Option("--price-per-hour", help="What one node costs per hour ($): "
+                            "runs the reference workload (a small transformer, synthetic data, fixed shapes) and prints "
+                            "samples/s, samples/s per $/hour and $ per million samples per node and for the fleet.")]
+           = None,
+           drain_hook: Annotated[Optional[str], typer.Option("--drain-hook", help="The command that drains the slow "
+                                 "node --fleet names ({host} is replaced by the shell-quoted name); default Slurm's "
+                                 "scontrol update ... state=drain. Printed; run only with --run-drain.")] = None,
+           run_drain: Annotated[bool, typer.Option("--run-drain", help="Run the drain command of the slow node "
+                                                   "--fleet names (bounded; its output kept in the run folder).")]
+           = False,
+           timeout: Annotated[int, typer.Option("--timeout", min=10, max=3600, help="Seconds each measurement job "
+                                                "may run on a host before it is killed with its processes.")]
+           = 600) -> None:
+    """Measure each node against its GPUs' floors (and price it); changes nothing.
+
+    The verify probe, dcgmi diag, all-reduce, GEMM and bandwidth figures judged against the
+    floors of data/gpu_skus.yml or the profile's accept.floors; uncalibrated floors only warn.
+    --fleet: the all-reduce across hosts and the slow node. --price-per-hour: the cost table."""
+    from provisioner.engine.accept import Request
+
+    request = Request(level=level, fleet=across, price_per_hour=price, drain_hook=drain_hook, run_drain=run_drain,
+                      timeout_s=timeout)
+    request.check()  # before any host is touched
+    talk_to_hosts(session(ctx), "accept", profile, inventory, fleet.fleet(), accept=request)
+
+
 @app.command("up")
 @friendly
 @fleet_options()

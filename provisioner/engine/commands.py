@@ -30,11 +30,12 @@ from provisioner.judge import verify as verify_mod
 from provisioner.verdicts.checks import failed, passed
 from provisioner.render import render
 from provisioner.reports.report import HostReport, Report
+from provisioner.engine import accept as accept_mod
 from provisioner.engine import drift, profile_store, rolling
 from provisioner.engine.runner import Become, EventHook, PlaybookRun, run_playbook
 from provisioner.engine.target import Target
 
-Command = Literal["preflight", "up", "check", "verify"]
+Command = Literal["preflight", "up", "check", "verify", "accept"]
 STEPS: dict[str, tuple[str, ...]] = {
     "preflight": ("preflight",),
     # survey: preflight and verification in one module call per host (playbooks/survey.yml);
@@ -133,6 +134,8 @@ def _fold(report: Report, step: str, run: PlaybookRun, target: Target, command: 
                 host.status = "drift"
         elif step == "verify":
             host.checks.extend(_verify_checks(profile, result.reported))
+            if command == "accept":
+                host.checks.extend(accept_mod.verify_checks(target.loaded, result.reported.get("provisioner_verify") or {}))
     report.errors.extend(run.errors)
     report.hosts.sort(key=lambda h: h.name)
 
@@ -197,6 +200,7 @@ def execute(
     ddp: bool = False,
     hooks: rolling.Hooks | None = None,
     resume_command: str = "",
+    accept=None,
 ) -> Report:
     """Run `command`'s playbooks in order; a host that fails a step is left out of the next.
 
@@ -214,16 +218,28 @@ def execute(
     hooks (up, with batch): a rolling change (engine/rolling.py): after preflight, the
     controller walks the batches itself (drain, converge, verify, gate, undrain per batch)
     and stops at the first failed one unless max_fail allows more; resume_command is the
-    command a stopped rollout prints to be resumed."""
+    command a stopped rollout prints to be resumed.
+
+    accept (command "accept"): the engine/accept.Request (level, fleet, price, drain)."""
     if hooks and (command != "up" or not batch):
         raise ProvisionError("--drain, --undrain and --gate need `provision up` with --batch", where="--batch",
                              fix="add --batch 1 (one host at a time) or --batch 10%")
+    if command == "accept":
+        accept = accept or accept_mod.Request()
+        accept.check()
+        if accept.fleet:
+            from provisioner.engine.network import test_address
+
+            for host in target.inventory.hostnames():  # a bad address is refused before any host is touched
+                test_address(target.inventory, host)
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
-    if command in ("check", "verify"):
+    if command in ("check", "verify", "accept"):
         target = dataclasses.replace(target, resolution="recorded")
     try:
-        steps = DEEP_CHECK if command == "check" and deep else STEPS[command]
+        steps = DEEP_CHECK if command == "check" and deep else STEPS.get(command, ())
+        if command == "accept":
+            steps = accept_mod.steps(accept)
         if command == "up" and (full or hooks):
             steps = UP_CONVERGING
         if command == "verify" and (network or ddp):
@@ -233,7 +249,7 @@ def execute(
                 test_address(target.inventory, host)
             steps += ("network",) * network + ("ddp",) * ddp
         return _execute(command, steps, target, runs_dir, limit, forks, batch, max_fail, hook, full, become,
-                        hooks or None, resume_command)
+                        hooks or None, resume_command, accept)
     finally:
         os.umask(old_umask)
 
@@ -241,7 +257,7 @@ def execute(
 def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir: Path, limit: str | None,
              forks: int | None, batch: str | None, max_fail: int | None, hook: EventHook | None,
              full: bool, become: Become | None, hooks: rolling.Hooks | None = None,
-             resume_command: str = "") -> Report:
+             resume_command: str = "", accept=None) -> Report:
     loaded = target.loaded
     extravars: dict[str, object] = {}
     # A rollout (hooks): the controller walks the batches, so no serial and no
@@ -250,6 +266,8 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
         extravars["provisioner_serial"] = batch
     if max_fail is not None and not hooks:
         extravars["provisioner_max_fail_percentage"] = max_fail
+    if accept is not None:
+        extravars.update(accept_mod.verify_extravars(loaded.profile, accept.level))
     run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
     inventory_dir = run_dir / "inventory"
     try:
@@ -282,6 +300,10 @@ def _execute(command: Command, steps: tuple[str, ...], target: Target, runs_dir:
                 from provisioner.engine import across
 
                 across.run_step(step, report, target, inventory_dir, run_dir, limit, forks, hook, become)
+                report.write()
+                continue
+            if step in ("accept", "fleet"):  # engine/accept.py: the node measurements, the fleet all-reduce
+                accept_mod.run_step(step, accept, report, target, inventory_dir, run_dir, limit, forks, hook, become)
                 report.write()
                 continue
             if step_limit == "":

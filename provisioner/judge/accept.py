@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from provisioner.parsers import nvbandwidth
+from provisioner.judge import ddp as ddp_judge
+from provisioner.parsers import dcgm, nvbandwidth
 from provisioner.parsers.nvidia_smi import Unreadable
 from provisioner.profiles import skus
 from provisioner.profiles.models import Profile
@@ -94,3 +95,75 @@ def judge_capture(profile: Profile, text: str) -> list[Check]:
         else:
             checks.append(judge_measure(profile, gpu, gpus, measure, clean))
     return checks or [failed("accept", "the capture carries no measurement")]
+
+
+def judge_allreduce(profile: Profile, host: str, job: dict | None) -> list[Check]:
+    """`provision accept`: the all-reduce across one node's GPUs (accept_run's torchrun of
+    ddp_smoke.py on loopback): the job's correctness as `verify --ddp` judges it, then its bus
+    bandwidth against the node floor (GPU hosts with two ranks or more; on a CPU host gloo's
+    figure is reported, not judged against a GPU)."""
+
+    name = "accept allreduce"
+    if not job:
+        return [failed(name, "no all-reduce result came back from this host")]
+    if job.get("timed_out"):
+        return [failed(name, f"killed after its bound of {job.get('job_timeout')} s (the whole job, its "
+                             f"process group with it): {ddp_judge.why_failed(job)}")]
+    checks = [Check(c.name.replace("ddp", name, 1), c.status, c.detail)
+              for c in ddp_judge.judge_ddp(host, job, profile.hardware.gpu.count, [host], [])]
+    results = job.get("results") or []
+    if any(c.status == "fail" for c in checks) or not results:
+        return checks
+    values = {f"rank {r.get('rank')}": float(r.get("busbw_GBs") or 0) for r in results}
+    if int(job.get("gpus") or 0) == 0:
+        checks.append(skipped("accept allreduce_busbw_gbps", f"gloo across {len(results)} rank(s): "
+                                                             f"{min(values.values()):g} GB/s; {CPU_NOTE}"))
+    elif len(results) < 2:
+        checks.append(skipped("accept allreduce_busbw_gbps", "one GPU: a world of one rank gives no bus bandwidth"))
+    else:
+        checks.append(judge_measure(profile, profile.hardware.gpu.model or "", len(results), "allreduce_busbw_gbps",
+                                    values))
+    return checks
+
+
+def judge_measurements(profile: Profile, job: dict | None) -> tuple[list[Check], float | None]:
+    """accept_run's torch measurement job: each figure against its floor (judge_capture), and
+    the reference workload's samples/s (None when it did not run). A job killed at its bound
+    keeps the figures it wrote before and fails naming the bound."""
+    name = "accept measurements"
+    if not job:
+        return [failed(name, "no measurement result came back from this host")], None
+    data = job.get("data")
+    checks: list[Check] = []
+    if job.get("timed_out"):
+        checks.append(failed(name, f"killed after its bound of {job.get('job_timeout')} s (its process group with "
+                                   f"it); the figures measured before are judged below"))
+    elif int(job.get("rc", -1)) != 0:
+        tail = " ".join(str(job.get("stderr", "")).split()[-40:])[:400]
+        checks.append(failed(name, f"accept_measure.py exited {job.get('rc')}: {tail}"))
+    if not isinstance(data, dict):
+        return checks or [failed(name, "the measurement job wrote nothing")], None
+    if data.get("measurements"):
+        checks += judge_capture(profile, json.dumps(data))
+    samples = data.get("reference_workload_samples_per_s")
+    ok = isinstance(samples, (int, float)) and not isinstance(samples, bool) and 0 < samples < 1e9
+    return checks, float(samples) if ok else None
+
+
+def judge_metric_contract(required: dict[str, str], body: str) -> Check:
+    """The exporter's metric contract: the scrape carries every DCGM field the shipped dashboard
+    and alert rules use (`required`: metric -> where it is used). `body`: the scrape, read with
+    parsers/dcgm (prometheus_client's parser)."""
+
+    name = "accept exporter contract"
+    if not required:
+        return skipped(name, "the dashboard and alert rules use no DCGM field this profile collects")
+    try:
+        served = dcgm.read_metrics(body).metrics
+    except ValueError as exc:
+        return failed(name, f"the scrape is not a Prometheus exposition: {exc}")
+    missing = sorted(set(required) - served)
+    if missing:
+        return failed(name, f"{len(missing)} field(s) the dashboard or alert rules use are not served: "
+                            + "; ".join(f"{m} ({required[m]})" for m in missing))
+    return passed(name, f"all {len(required)} field(s) the dashboard and alert rules use are served")

@@ -10,7 +10,7 @@ from typing import Any
 from provisioner.verdicts.checks import Check, failed, passed
 
 
-def _why(ddp: dict[str, Any]) -> str:
+def why_failed(ddp: dict[str, Any]) -> str:
     if ddp.get("timed_out"):
         return f"the job did not finish within {ddp.get('job_timeout')} s and was killed"
     lines = [line.strip() for line in str(ddp.get("stderr", "")).splitlines() if line.strip()]
@@ -30,7 +30,7 @@ def judge_ddp(host: str, ddp: dict[str, Any] | None, expected_gpus: int, hosts: 
     nproc = int(ddp.get("nproc_per_node") or 1)
     if int(ddp.get("rc", -1)) != 0 or len(results) != nproc:
         return [failed("ddp", f"the job failed on {host} after {ddp.get('seconds', '?')} s "
-                              f"(rc {ddp.get('rc')}): {_why(ddp)}{others}")]
+                              f"(rc {ddp.get('rc')}): {why_failed(ddp)}{others}")]
     checks = []
     backend = {r.get("backend") for r in results}
     want = "nccl" if expected_gpus > 0 and int(ddp.get("gpus") or 0) > 0 else "gloo"

@@ -420,11 +420,20 @@ class AcceptFloors(Strict):
     h2d_gbps: float | None = Field(None, gt=0, le=100000, description="host-to-device copy floor per GPU, GB/s")
     d2h_gbps: float | None = Field(None, gt=0, le=100000, description="device-to-host copy floor per GPU, GB/s")
     d2d_gbps: float | None = Field(None, gt=0, le=100000, description="GPU-to-GPU copy floor per pair, GB/s")
+    fleet_allreduce_busbw_gbps: float | None = Field(
+        None, gt=0, le=100000, description="all-reduce bus bandwidth floor across the hosts (provision accept --fleet), "
+                                           "GB/s; below it the slow node is searched for")
 
 
 class Accept(Strict):
     """Acceptance: measured throughput judged against floors (docs/acceptance.md)."""
     floors: AcceptFloors = Field(default_factory=AcceptFloors, description="the profile's own floors per measurement")
+
+
+class Cost(Strict):
+    """What a node costs, for `provision accept`'s cost table (--price-per-hour wins)."""
+    per_hour: float | None = Field(None, gt=0, lt=1000000, description="what one node costs per hour, $; set: accept "
+                                                                       "runs the reference workload and prices it")
 
 
 class Verify(Strict):
@@ -547,6 +556,7 @@ class Profile(Strict):
                                                                   "air-gapped sites set these")
     verify: Verify = Field(default_factory=Verify, description="what verify demands beyond the hardware section")
     accept: Accept = Field(default_factory=Accept, description="acceptance floors: what a measurement must reach")
+    cost: Cost = Field(default_factory=Cost, description="what a node costs (provision accept's cost table)")
     reboot: Reboot = Field(default_factory=Reboot, description="whether the plays may reboot hosts")
     mig: Mig = Field(default_factory=Mig, description="MIG layout: GPU instances created, persisted across reboots "
                                                        "and verified (off when left out)")

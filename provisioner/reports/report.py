@@ -10,6 +10,11 @@ JSON shape (stable; new keys may be added, none removed or renamed):
   "rollout": null, or for a rolling up: {"batch": "1", "batches": [["n1"], ["n2"]], "done": [...], "failed": [...],
               "untouched": [...], "stopped_at": 2 or null, "resume_command": "provision up ... (without --limit)",
               "hooks": {"drain": "CMD", "undrain": "CMD", "gate": "CMD"}, "hook_timeout": 600},
+  "accept": null, or for `provision accept`: {"level": "quick|standard", "cost": {"per_hour": 32.0,
+             "nodes": [{"name", "samples_per_s", "per_hour", "samples_per_s_per_dollar_hour",
+             "dollars_per_million_samples"}], "fleet": {the same} or null} or null,
+             "fleet": {"busbw_gbps", "floor_gbps", "finding": engine/bisect.Finding.as_dict(), "drain": CMD or null,
+             "drain_ran": bool, "drain_rc": the drain's exit status, null when not run or killed} or null},
   "summary": {"hosts": 30, "ok": 27, "changed": 3, "drifted": 0, "failed": 2, "unreachable": 1, "unknown": 0},
   "source": null, or for `check --from-prometheus`: {"prometheus": "URL", "evaluated": "ISO-8601 UTC",
              "max_age_s": 900, "ignored_series": 0},
@@ -103,6 +108,8 @@ class Report:
     # Where the hosts' state came from when it was not read from them: `check --from-prometheus`
     # (engine/prometheus.py writes it; None when the hosts were asked).
     source: dict[str, Any] | None = None
+    # `provision accept`: its level, the cost table and the fleet's all-reduce (engine/accept.py).
+    accept: dict[str, Any] | None = None
 
     @property
     def stopped(self) -> bool:
@@ -137,7 +144,8 @@ class Report:
         if failing:
             what = "drifted from" if self.command == "check" else "do not meet"
             return f"{len(failing)} of {total} host(s) {what} profile {self.profile}: {', '.join(failing)}"
-        done = {"check": "match", "preflight": "are ready for", "verify": "verified against"}.get(self.command, "converged to")
+        done = {"check": "match", "preflight": "are ready for", "verify": "verified against",
+                "accept": "accepted against"}.get(self.command, "converged to")
         return f"all {total} host(s) {done} profile {self.profile}"
 
     def summary(self) -> dict[str, int]:
@@ -166,6 +174,30 @@ class Report:
                 f"resume: {resume} --resume {shlex.quote(str(self.run_dir))}   (or: {resume} --limit "
                 f"{shlex.quote(','.join(left))})"]
 
+    def accept_lines(self) -> list[str]:
+        """`provision accept`: the cost table (per node and the fleet) and the fleet's all-reduce."""
+        a = self.accept or {}
+        lines = []
+        cost = a.get("cost")
+        if cost:
+            lines.append(f"cost at ${cost.get('per_hour'):g}/hour per node (the reference workload; samples/s per "
+                         "$/hour is the guidance's index):")
+            for row in cost.get("nodes", []) + ([cost["fleet"]] if cost.get("fleet") else []):
+                lines.append(f"  {row['name']}: {row['samples_per_s']:g} samples/s, ${row['per_hour']:g}/h, index "
+                             f"{row['samples_per_s_per_dollar_hour']:g}, ${row['dollars_per_million_samples']:g} per "
+                             "million samples")
+        fleet = a.get("fleet")
+        if fleet and fleet.get("busbw_gbps") is not None:
+            finding = fleet.get("finding") or {}
+            floor = f"floor {fleet['floor_gbps']:g} GB/s" if fleet.get("floor_gbps") else "uncalibrated: no floor"
+            lines.append(f"fleet all-reduce: {fleet['busbw_gbps']:g} GB/s across {len(fleet.get('hosts', []))} hosts "
+                         f"({floor})" + (f"; {finding.get('verdict')}: {finding.get('why')}" if finding else ""))
+            if fleet.get("drain"):
+                ran = ("not run (add --run-drain)" if not fleet.get("drain_ran") else "ran, killed at its time-out"
+                       if fleet.get("drain_rc") is None else f"ran, exit {fleet['drain_rc']}")
+                lines.append(f"drain: {fleet['drain']}   ({ran})")
+        return lines
+
     def retry_command(self) -> str | None:
         """The command that re-runs just the hosts that are not ok: failed, unreachable, drifted
         or failing a check (after a fix, that is the run a person makes next)."""
@@ -182,7 +214,7 @@ class Report:
             "inventory": self.inventory, "run_dir": str(self.run_dir), "started": self.started, "finished": self.finished,
             "interrupted": self.interrupted, "exit_code": self.exit_code, "verdict": self.verdict,
             "errors": self.errors, "retry": self.retry_command(), "summary": self.summary(), "rollout": self.rollout,
-            "source": self.source, "hosts": [h.as_dict() for h in self.hosts],
+            "source": self.source, "accept": self.accept, "hosts": [h.as_dict() for h in self.hosts],
         }
 
     @classmethod
@@ -210,6 +242,7 @@ class Report:
                 hosts=hosts, errors=[str(e) for e in data.get("errors", [])],
                 rollout=data.get("rollout") if isinstance(data.get("rollout"), dict) else None,
                 source=data.get("source") if isinstance(data.get("source"), dict) else None,
+                accept=data.get("accept") if isinstance(data.get("accept"), dict) else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProvisionError(f"report.json is missing a field the report needs: {exc}",

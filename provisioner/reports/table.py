@@ -67,7 +67,7 @@ def render_table(report: Report, console, *, verbose: int = 0) -> None:
         say(f"[red]error:[/red] {escape(error)}")
     if report.interrupted or report.errors:
         say(f"[bold {colour}]{escape(report.verdict)}[/]")
-    for line in report.rollout_lines():
+    for line in report.rollout_lines() + report.accept_lines():
         say(escape(line))
     retry = report.retry_command()
     if retry:

@@ -94,6 +94,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpu_provisioner.node.plugins.module_utils import ddp_results
 from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env import owner_of
 
 
@@ -193,11 +194,7 @@ def main():
     finally:  # nothing of the job outlives this call, whatever happened
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-    results = []
-    for line in stdout.splitlines():
-        if line.startswith("DDP_RESULT "):
-            with contextlib.suppress(ValueError):
-                results.append(json.loads(line[len("DDP_RESULT "):]))
+    results = ddp_results.parse(stdout)
     module.exit_json(changed=False, provisioner_ddp={
         "rc": proc.returncode if not timed_out else 124, "argv": argv[1:], "results": results,
         "stderr": stderr[-6000:], "seconds": round(time.monotonic() - started, 3), "timed_out": timed_out,

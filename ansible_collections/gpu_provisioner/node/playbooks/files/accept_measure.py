@@ -1,9 +1,13 @@
-"""The acceptance measurements scripts/gpu-machine-check takes with PyTorch, written as the
-"accept measurements" capture `provision judge` reads (judge/accept.py): GEMM per precision,
-device memory bandwidth, host<->device and GPU<->GPU copies, a one-rank NCCL all-reduce, and
-the reference training workload (a small transformer, synthetic data, fixed shapes, bf16
-autocast) in samples/s. Without a GPU the same steps run on the CPU, marked device "cpu":
-not judged against a GPU. Usage: python gpu_machine_measure.py OUT.json
+"""The acceptance measurements with PyTorch (`provision accept --level standard` and cost, run
+by the accept_run module in the profile's environment as its owner; scripts/gpu-machine-check
+runs this same file), written as the "accept measurements" capture `provision judge` reads
+(judge/accept.py): GEMM per precision, device memory bandwidth, host<->device and GPU<->GPU
+copies, a one-rank NCCL all-reduce, and the reference training workload (a small
+transformer, synthetic data, fixed shapes, bf16 autocast) in samples/s. Without a GPU the
+same steps run on the CPU, marked device "cpu": not judged against a GPU. The file is
+written after every figure, so a run killed midway keeps what it measured.
+
+Usage: python accept_measure.py OUT.json [--only gemm,copies,allreduce,workload]
 """
 
 from __future__ import annotations
@@ -100,7 +104,10 @@ def allreduce_one_rank(device: str) -> dict:
         dist.destroy_process_group()
 
 
-def main(path: str) -> int:
+STEPS = ("gemm", "copies", "allreduce", "workload")
+
+
+def main(path: str, only: tuple[str, ...] = STEPS) -> int:
     gpu = torch.cuda.is_available()
     count = torch.cuda.device_count() if gpu else 0
     out = {"provision_accept": 1, "device": "gpu" if gpu else "cpu",
@@ -114,14 +121,14 @@ def main(path: str) -> int:
             json.dump(out, fh, indent=1)
 
     devices = [f"cuda:{i}" for i in range(count)] if gpu else ["cpu"]
-    for device in devices:
+    for device in devices if {"gemm", "copies"} & set(only) else []:
         sync = (lambda d=device: torch.cuda.synchronize(d)) if gpu else (lambda: None)
         label = f"GPU {device.split(':')[1]}" if gpu else "cpu"
-        for name, value in gemm(device, sync, 8192 if gpu else 1024).items():
+        for name, value in (gemm(device, sync, 8192 if gpu else 1024) if "gemm" in only else {}).items():
             put(f"gemm_{name}_tflops", label, value)
-        for name, value in copies(device, sync, 1 << 30 if gpu else 1 << 26).items():
+        for name, value in (copies(device, sync, 1 << 30 if gpu else 1 << 26) if "copies" in only else {}).items():
             put(f"{name}_gbps", label, value)
-    for i in range(count):
+    for i in range(count if "copies" in only else 0):
         for j in range(count):
             if i != j:
                 src = torch.empty(1 << 30, dtype=torch.uint8, device=f"cuda:{i}")
@@ -129,9 +136,11 @@ def main(path: str) -> int:
                 seconds = timed(lambda dst=dst, src=src: dst.copy_(src), 10,
                                 lambda i=i, j=j: (torch.cuda.synchronize(i), torch.cuda.synchronize(j)))
                 put("d2d_gbps", f"GPU {i} -> GPU {j}", src.numel() / seconds / 1e9)
-    out["allreduce_one_rank"] = allreduce_one_rank(devices[0])
-    out["reference_workload_samples_per_s"] = round(workload(devices[0], (lambda: torch.cuda.synchronize())
-                                                             if gpu else (lambda: None)), 2)
+    if "allreduce" in only:
+        out["allreduce_one_rank"] = allreduce_one_rank(devices[0])
+    if "workload" in only:
+        out["reference_workload_samples_per_s"] = round(workload(devices[0], (lambda: torch.cuda.synchronize())
+                                                                 if gpu else (lambda: None)), 2)
     with open(path, "w") as fh:
         json.dump(out, fh, indent=1)
     print(json.dumps(out))
@@ -139,4 +148,10 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    args = sys.argv[1:]
+    chosen = STEPS
+    if len(args) == 3 and args[1] == "--only":
+        chosen = tuple(s for s in args[2].split(",") if s in STEPS)
+    elif len(args) != 1:
+        sys.exit(__doc__)
+    sys.exit(main(args[0], chosen))
