@@ -67,6 +67,7 @@ provisioner_accept:
 """
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -105,8 +106,27 @@ def bounded(argv: list[str], timeout: float, **popen) -> dict:
     finally:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
+        # A killed process is still running its exit for a moment (holding its sockets): wait
+        # until none of the group is left but zombies, so nothing of the job outlives this call.
+        deadline = time.monotonic() + 10
+        while _group_running(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
     return {"rc": 124 if timed_out else proc.returncode, "stdout": stdout, "stderr": stderr[-4000:],
             "seconds": round(time.monotonic() - started, 3), "timed_out": timed_out, "job_timeout": timeout}
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether any process of the group is still there other than as a zombie (/proc's stat:
+    the state is the field after the parenthesised name, the group the third after it)."""
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def gpu_count() -> int:
