@@ -70,7 +70,7 @@ def test_leftovers_purge_only_our_packages_of_a_component_no_role_manages_now():
     assert gone == {"units": ["nvidia-dcgm.service"], "unhold": ["datacenter-gpu-manager-4-core", "dcgm-exporter"],
                     "purge": ["datacenter-gpu-manager-4-core", "dcgm-exporter"],
                     "files": ["/etc/apt/preferences.d/provisioner-dcgm"], "kept": ["curl"],
-                    "components": ["dcgm_exporter"]}
+                    "runtimes": [], "components": ["dcgm_exporter"]}
     assert not any(state.leftovers(old, state.merge(components))[k] for k in ("units", "unhold", "purge", "files"))
     assert state.leftovers(None, now)["purge"] == []
 

@@ -135,7 +135,10 @@ def test_every_builtin_resolves_inside_its_flavours_catalogue(name):
 def test_conda_needs_its_checksummed_installer(tmp_path):
     with pytest.raises(ProvisionError) as err:
         _profile(tmp_path, "python_env:\n  conda_installer: null\n")
-    assert "python_env.conda_installer" in str(err.value) and "sha256" in str(err.value)
+    # The environment's line and the two fields it lacks (an environment-level rule: the
+    # location is the environment, python_env or python_envs.N).
+    assert "p.yml:4: python_env: a conda environment needs conda_installer" in str(err.value)
+    assert "conda_installer_sha256" in str(err.value)
 
 
 def test_an_exporter_binary_needs_its_sha256(tmp_path):

@@ -51,7 +51,7 @@ MAX_RESPONSE = 128 << 20
 # (the same bound as the GpuProvisionerStateStale alert, reports/monitoring.alert_rules).
 STALE_INTERVALS = 3
 # What state_metrics.DRIFT_KINDS writes (tests/test_prometheus_check.py holds the two equal).
-DRIFT_KINDS = ("held_packages", "packages", "files", "units", "python_envs", "dpkg", "record")
+DRIFT_KINDS = ("held_packages", "packages", "files", "units", "python_envs", "runtimes", "dpkg", "record")
 LABEL_MAX = 300  # a label value longer than provision-state writes is cut before it is shown
 
 

@@ -13,6 +13,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: accept_run
 short_description: Run this node's acceptance measurements in the profile's Python environment, bounded in time.
+description:
+  - This host's part of C(provision accept), run in the profile's Python environment as its owner.
+  - An all-reduce across this node's GPUs (torchrun of the collection's ddp_smoke.py, one rank per GPU, on
+    loopback; two gloo ranks without GPUs), then the collection's accept_measure.py for the steps asked.
+  - Each job runs in its own process group, killed with it after O(timeout) seconds; its output folder is
+    removed whatever happened. Nothing is installed or changed.
 options:
   scripts_dir:
     type: path
@@ -25,6 +31,7 @@ options:
   allreduce:
     type: bool
     default: true
+    description: Run the node all-reduce (torchrun of ddp_smoke.py, one rank per GPU).
   port:
     type: int
     default: 29500
@@ -32,9 +39,11 @@ options:
   steps:
     type: int
     default: 5
+    description: All-reduce steps the node all-reduce times.
   tensor_mib:
     type: int
     default: 16
+    description: The size in MiB of the tensor each all-reduce step reduces.
   measure:
     type: list
     elements: str
@@ -47,6 +56,7 @@ options:
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
+    description: Where the python_env role's local fact (python_env.fact) names the environment's Python and owner.
 """
 
 EXAMPLES = r"""
