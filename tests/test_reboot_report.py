@@ -108,7 +108,7 @@ def test_who_may_be_rebooted_and_the_reason_given_when_not():
 
 def test_the_no_reboot_message_names_the_module_and_why_lspci_saw_nothing():
     import yaml
-    from ansible.template import trust_as_template
+    from .rolerender import trust_as_template
 
 
     tasks = yaml.safe_load((ROLES / "nvidia_driver/tasks/kernel.yml").read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.template import trust_as_template
+from .rolerender import trust_as_template
 
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import state_metrics
 

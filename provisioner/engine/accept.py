@@ -23,6 +23,7 @@ from provisioner.errors import ProvisionError
 from provisioner.judge import accept as accept_judge
 from provisioner.judge import cost as cost_mod
 from provisioner.judge import ddp as ddp_judge
+from provisioner.judge.verify import probed_env  # the first PyTorch environment: the one accept_run uses
 from provisioner.profiles import skus
 from provisioner.reports import monitoring
 from provisioner.reports.report import HostReport, Report
@@ -138,10 +139,10 @@ def _nodes(request, report, target, inventory_dir, run_dir, hosts, forks, hook, 
     report.accept = dict(report.accept or {}, level=request.level)
     if not hosts:
         return
-    if not profile.python_env.enabled or profile.python_env.torch is None:
+    if probed_env(profile) is None:
         for name in hosts:
-            _host(report, name).checks.append(skipped("accept allreduce", "not run: the profile installs no torch "
-                                                                          "(python_env.torch)"))
+            _host(report, name).checks.append(skipped("accept allreduce", "not run: the profile has no PyTorch "
+                                                                          "environment (python_envs)"))
         return
     price = request.price_per_hour or profile.cost.per_hour
     workload = price is not None
@@ -195,9 +196,9 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
         for name in hosts:
             _host(report, name).checks.append(skipped("accept fleet", "an all-reduce across hosts needs two or more"))
         return
-    if not profile.python_env.enabled or profile.python_env.torch is None:
+    if probed_env(profile) is None:
         for name in hosts:
-            _host(report, name).checks.append(skipped("accept fleet", "not run: the profile installs no torch"))
+            _host(report, name).checks.append(skipped("accept fleet", "not run: the profile has no PyTorch environment"))
         return
     ddp = profile.network.ddp
     addresses = {h: net.test_address(target.inventory, h) for h in hosts}
