@@ -69,18 +69,6 @@ NCCL_VERSION, NCCL_BUILD = "2.16.5", "2.16.5-1+cuda11.8"
 
 
 @pytest.fixture(scope="module")
-def standin():
-    from provisioner.lab import cudarepo
-
-    repo = cudarepo.build()
-    url = cudarepo.serve(repo)
-    try:
-        yield repo, url
-    finally:
-        cudarepo.stop()
-
-
-@pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     with labtools.lab_hosts(1, "plan", tmp_path_factory, converged=DRIVER_ONLY) as result:
         yield result

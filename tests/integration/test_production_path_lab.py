@@ -115,18 +115,6 @@ def sh(host: str, script: str, timeout: int = 300):
 
 
 @pytest.fixture(scope="module")
-def standin():
-    from provisioner.lab import cudarepo
-
-    repo = cudarepo.build()
-    url = cudarepo.serve(repo)
-    try:
-        yield repo, url
-    finally:
-        cudarepo.stop()
-
-
-@pytest.fixture(scope="module")
 def lab(standin, tmp_path_factory):
     repo, url = standin
     with labtools.lab_hosts(1, "prod", tmp_path_factory) as result:

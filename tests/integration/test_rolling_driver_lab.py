@@ -39,7 +39,7 @@ from provisioner import profiles
 
 from . import labtools
 from .labtools import podman
-from .test_production_path_lab import PROFILE, installed, sh, standin  # noqa: F401 - a fixture
+from .test_production_path_lab import PROFILE, installed, sh
 
 pytestmark = [pytest.mark.lab, pytest.mark.extended]  # CI leaves it out for time: make test-extended
 
