@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import profiles
 from provisioner.judge import containers as judge
 from provisioner.judge import verify
 from provisioner.parsers import containers as read
@@ -209,3 +210,87 @@ def test_the_probe_for_real_without_a_toolkit(tmp_path: Path):
     assert checks["container toolkit"].status == "fail" and "absent" in checks["container toolkit"].detail
     assert checks["docker nvidia runtime"].status == "fail"
     assert checks["nvidia-container-cli"].status == "skip" and checks["CDI spec"].status == "skip"
+
+
+# --- provision diagnose ----------------------------------------------------------------------
+
+def collected_as(commands: dict[str, tuple[str, int, str]]) -> dict:
+    """Captures in the shape diagnose_collect returns, each kept to its planned lines (the
+    module's own filter, load_module("diagnose_collect")._cut)."""
+    from provisioner.engine import diagnose as engine
+    from tests.conftest import load_module
+
+    cut = load_module("diagnose_collect")._cut
+    plan = {c.name: c for c in engine.plan(DOCKER)} | {c.name: c for c in engine.plan(CONTAINERD)}
+    out = {}
+    for name, (stdout, rc, stderr) in commands.items():
+        spec = plan[name]
+        text, _, total = cut(stdout, spec.max_bytes, spec.tail_lines, spec.keep)
+        out[name] = {"argv": list(spec.argv), "rc": rc, "stdout": text, "stderr": stderr, "timed_out": False,
+                     "missing": False, "skipped": "", "cut": False, "lines": total}
+    return {"commands": out, "files": {"/sys/module/nvidia/version": "590.44.01\n"}}
+
+
+# containerd enters the profile's schema on the ctr branch (issue 29); judged by name here (model_copy does
+# not validate).
+CONTAINERD = DOCKER.model_copy(update={"containers": DOCKER.containers.model_copy(update={"runtime": "containerd"})})
+
+
+def test_the_diagnose_plan_for_a_runtime_and_without_one():
+    from provisioner.engine import diagnose as engine
+
+    lab = {c.name: c for c in engine.plan(profiles.load("debian12-lab").profile)}
+    docker = {c.name: c for c in engine.plan(DOCKER)}
+    assert "container_engine" not in lab and lab["nvidia_container_cli"].only_if_path == engine.TOOLKIT_CLI
+    assert docker["container_engine"].argv == ("docker", "info") and docker["nvidia_container_cli"].only_if_path == ""
+    assert docker["nvidia_container_cli"].argv == ("nvidia-container-cli", "-d", "/dev/stdout", "info")
+    assert docker["journal_containers"].argv[-4:] == ("-u", "docker.service", "-u", "containerd.service")
+    assert docker["journal_containers"].tail_lines == engine.JOURNAL_LINES
+    assert {c.name: c for c in engine.plan(CONTAINERD)}["container_engine"].argv == ("containerd", "config", "dump")
+
+
+def findings(profile_, commands) -> tuple[dict[str, tuple[str, tuple, str]], list[str]]:
+    from provisioner.judge import diagnose
+
+    host = diagnose.diagnose(profile_, "gpu1", "ok", {"recorded": True}, collected_as(commands))
+    ours = ("docker", "containerd", "nvidia-container-cli")  # the rest: the GPU findings, not this test's
+    return ({f.title: (f.severity, f.evidence, f.fix) for f in host.findings if f.title.startswith(ours)},
+            host.not_collected)
+
+
+def test_diagnose_names_a_lost_runtime_and_a_failing_toolkit_with_the_fix():
+    found, not_collected = findings(DOCKER, {
+        "container_engine": (capture(DOCKER_LOST), 0, ""),
+        "nvidia_container_cli": ("", 1, capture("nvidia-container-cli__load-library-failed__libnvidia-container-issue-231.txt")),
+        "journal_containers": (capture("docker-run__could-not-select-device-driver__llamafactory-issue-5268.txt"), 0, "")})
+    lost = found["docker nvidia runtime: not registered"]
+    assert lost[0] == "fault" and lost[1] == (" Runtimes: io.containerd.runc.v2 runc", " Default Runtime: runc") and "provision up" in lost[2]
+    library = next(v for k, v in found.items() if k.startswith("nvidia-container-cli cannot load the driver's libraries"))
+    assert library[0] == "fault" and "libnvidia-ml.so.1" in library[1][0] and library[2].startswith("install the driver")
+    driver = next(v for k, v in found.items() if k.endswith("(in the journal since boot)"))
+    assert driver[0] == "warning" and "could not select device driver" in driver[1][0]
+    assert not any("nvidia-container-cli" in line for line in not_collected)  # the failure is the finding
+
+
+def test_diagnose_reads_the_documented_debug_output_real_geforce():
+    found, _ = findings(DOCKER, {
+        "container_engine": (capture(DOCKER_OK), 0, ""),
+        "nvidia_container_cli": (capture("nvidia-container-cli-k-d-info__geforce-920m__384.130__nvidia-docker-issue-895.txt"),
+                                 0, "")})
+    (title, (severity, evidence, _)), = [(k, v) for k, v in found.items() if k.startswith("nvidia-container-cli sees")]
+    assert title == "nvidia-container-cli sees driver 384.130 and 1 GPU(s)" and severity == "info"
+    assert evidence == ("GPU 0: GeForce 920M GPU-4712226b-88e6-a01e-efb0-a5950a64f8d9 00000000:08:00.0",)
+    assert not any(k.startswith("docker") for k in found)  # registered: nothing to say
+
+
+def test_diagnose_unknown_runtime_in_the_journal_and_containerd_without_nvidia():
+    found, _ = findings(DOCKER, {
+        "journal_containers": (capture("docker-run__unknown-runtime__nvidia-container-toolkit-issue-150.txt"), 0, "")})
+    (title, (severity, _, fix)), = found.items()
+    assert title.startswith("dockerd has no runtime named nvidia") and severity == "warning" and "provision up" in fix
+    found, _ = findings(CONTAINERD, {"container_engine": (capture(
+        "containerd-config-dump__default-nvidia-without-its-runtime__toolkit-test-GetRuntimeConfig.toml"), 0, "")})
+    assert found["containerd's configuration registers no nvidia runtime"][:2] == ("fault", ("runtimes: runc",))
+    found, _ = findings(CONTAINERD, {"container_engine": (capture(
+        "containerd-config__set-as-default__nvidia-docker-issue-1788.toml"), 0, "")})
+    assert found == {}

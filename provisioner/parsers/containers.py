@@ -206,6 +206,16 @@ def containerd_config(text: str) -> ContainerdConfig:
     return ContainerdConfig(True, version, None, [], None, None)
 
 
+_RUNTIME_TABLE = re.compile(r"""^\s*\[plugins\.\S*\.containerd\.runtimes\.(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\]\s*$""")
+
+
+def containerd_runtime_tables(text: str) -> list[str]:
+    """The runtime tables' names in containerd's config, line by line: what diagnose reads from a
+    dump kept to its runtime lines (no longer whole TOML)."""
+    found = (_RUNTIME_TABLE.match(line) for line in text.splitlines())
+    return list(dict.fromkeys(next(g for g in m.groups() if g) for m in found if m))
+
+
 @dataclass(frozen=True)
 class PodmanInfo:
     version: str | None
