@@ -294,3 +294,26 @@ def test_diagnose_unknown_runtime_in_the_journal_and_containerd_without_nvidia()
     found, _ = findings(CONTAINERD, {"container_engine": (capture(
         "containerd-config__set-as-default__nvidia-docker-issue-1788.toml"), 0, "")})
     assert found == {}
+
+
+# --- provision judge, offline ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, form, verdicts", [
+    ("containerd-config__nvidia-ctk-runtime-configure-dry-run__toolkit-pr-497.toml", "containerd config",
+     {"containerd nvidia runtime": "pass"}),
+    ("containerd-config-dump__default-nvidia-without-its-runtime__toolkit-test-GetRuntimeConfig.toml",
+     "containerd config", {"containerd nvidia runtime": "fail"}),
+    ("podman-info-json__podman-3.0.0-dev__podman-docs.json", "podman info", {"podman cdi": "fail"}),
+    ("docker-run__unknown-runtime__nvidia-container-toolkit-issue-150.txt", "container engine error",
+     {"container engine error": "fail"}),
+    ("nvidia-container-cli-info__ldcache-permission-denied__nvidia-docker-issue-1756.txt", "container engine error",
+     {"container engine error": "fail"}),
+])
+def test_provision_judge_reads_the_engines_and_the_failure_lines(name, form, verdicts):
+    from provisioner.judge import captures
+
+    judged = captures.judge_text(profiles.load("h100-train").profile, capture(name), name)
+    assert judged.form == form and not judged.unreadable, judged
+    assert statuses(judged.checks) == verdicts, judged.checks
+    if form == "container engine error":
+        assert "fix: " in judged.checks[0].detail and judged.checks[0].detail.endswith(f"({capture(name).splitlines()[-1].strip()})")
