@@ -15,7 +15,8 @@ description:
   - Where the decision allows it, stops the provisioner's own GPU daemons that hold the devices,
     checks that the old modules are then unused, unloads them, loads the installed ones (the
     modules that were loaded, in NVIDIA's order), checks the loaded version, and starts the
-    daemons again. A step that fails restarts the daemons and reports that a reboot is needed, and why.
+    daemons again. A step that fails reports that a reboot is needed, and why; the daemons are
+    started again wherever the old module is still loaded.
   - In check mode only the decision is taken and reported. Not for containers (no module is
     loaded there); the role does not call it in one.
 options:
