@@ -124,14 +124,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     image = converged.ensure(PROFILE, progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
-    results = {n: bench(int(n), args.runs, image) for n in args.hosts.split(",")}
+    # Each size's line as soon as it is measured: a later size that fails keeps the earlier ones.
     print(f"{'hosts':>5}  {'check over SSH (s)':>19} {'check --from-prometheus (s)':>28} {'ratio':>7}   "
-          f"(median, min of {args.runs} run(s))")
-    for n, times in results.items():
+          f"(median, min of {args.runs} run(s))", flush=True)
+    for n in args.hosts.split(","):
+        times = bench(int(n), args.runs, image)
         ssh, prom = statistics.median(times["ssh"]), statistics.median(times["prometheus"])
         print(f"{n:>5}  {ssh:10.1f} ({min(times['ssh']):5.1f}) {prom:19.2f} ({min(times['prometheus']):5.2f}) "
-              f"{ssh / prom:6.0f}x")
-
+              f"{ssh / prom:6.0f}x", flush=True)
 
 if __name__ == "__main__":
     main()
