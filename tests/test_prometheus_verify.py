@@ -120,6 +120,19 @@ def test_a_gpu_less_host_fails_nvidia_smi_and_judges_nothing_behind_it(target, t
     assert a["dcgm-exporter"][0] == "skip"  # not scraped at all: not judged
 
 
+def test_a_profile_without_gpus_judges_none_of_the_timer_checks(tmp_path):
+    """The lab's GPU-less profile: the timer's failed nvidia-smi is not judged (verify over SSH
+    passes "no GPU present and none expected" only when it can see that is the cause)."""
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu]\nlab-1 ansible_host=10.0.0.1\n")
+    lab = commands.prepare(str(DATA / "profiles/lab-state-timer.yml"), inventory)
+    node = {"lab-1": _timer(tmp_path, gpu_count=0, driver="", smi=None)}
+    reports, _ = prometheus.judge_verify(lab, ["lab-1"], _answer(lab, time.time(), node, {}), 900)
+    checks = _checks(reports[0])
+    assert 'gpu_provisioner_check_status{check="nvidia-smi"} 0' in node["lab-1"]
+    assert checks["gpus"][0] == "skip" and "nvidia-smi" not in checks and reports[0].outcome == "ok"
+
+
 def test_stale_or_missing_timer_data_is_unknown_never_ok(target, tmp_path):
     node = {"gpu-a": _timer(tmp_path, gpu_count=1, driver="590.48.01")}
     later = time.time() + 3600

@@ -409,7 +409,11 @@ def judge_verify(target: Target, hosts: list[str], answer: Answer, max_age: floa
                               f"(more than {max_age:g} s is not judged)")
             report.checks.append(passed("data age", f"{max(age, 0):.0f} s: provision-state ran at {_iso(ran)} "
                                                     f"(at most {max_age:g} s is judged)"))
-            report.checks.extend(_timer_checks(node))
+            if profile.expects_gpu:
+                report.checks.extend(_timer_checks(node))
+            else:  # the timer's nvidia-smi fails on a GPU-less host for any cause; verify over SSH tells them apart
+                report.checks.append(skipped("gpus", "not judged: the profile expects no GPU, and provision-state "
+                                                     "publishes whether nvidia-smi ran, not why it did not"))
         except Unknown as why:
             report.status = "unknown"
             report.failures.append(f"no GPU checks to judge from Prometheus: {why}")

@@ -6,7 +6,8 @@ What it proves: on the same fleet at the same moment, both paths give every host
 status, the same drifted items, the same exit code (2) and a report of the same shape (the
 same keys at the top and per host; only `source` is filled by the Prometheus path); the
 Prometheus path reads what 30 real provision-state timers published through 30 real
-node_exporters. Hosts start from the committed converged lab-state-timer image
+node_exporters. `verify --from-prometheus` runs its one query against the same Prometheus
+and, for this GPU-less profile, judges no timer check and lists what it did not judge. Hosts start from the committed converged lab-state-timer image
 (provisioner.lab.converged), so no converge runs here.
 
 What it cannot prove: GPU checks (no GPU, no module in a container: nvidia-smi fails on every
@@ -80,6 +81,8 @@ def test_check_from_prometheus_gives_the_ssh_verdicts_on_a_drifted_fleet(tmp_pat
             ssh_rc, ssh, ssh_s = provision("check", "--profile", PROFILE, str(inventory), "--runs-dir", str(tmp_path))
             prom_rc, from_prom, prom_s = provision("check", "--profile", PROFILE, str(inventory), "--runs-dir",
                                                    str(tmp_path), "--from-prometheus", prom.url)
+            verify_rc, verified, _ = provision("verify", "--profile", PROFILE, str(inventory), "--runs-dir",
+                                               str(tmp_path), "--from-prometheus", prom.url)
         finally:
             prom.stop()
         print(f"\ncheck of {HOSTS} hosts: over SSH {ssh_s:.1f} s, --from-prometheus {prom_s:.2f} s")
@@ -98,3 +101,10 @@ def test_check_from_prometheus_gives_the_ssh_verdicts_on_a_drifted_fleet(tmp_pat
         assert items[held] == ["hold removed: nvidia-smi"], items
         assert any(NOUVEAU in item for item in items[edited]), items
         assert prom_s < ssh_s, (prom_s, ssh_s)
+
+        # verify from the same Prometheus (its query with `or` across both jobs, for real): the
+        # GPU-less profile judges none of the timer's checks, and says what it did not judge.
+        assert verify_rc == verified["exit_code"] == 0, verified["hosts"][:2]
+        assert {h["status"] for h in verified["hosts"]} == {"ok"} and len(verified["hosts"]) == HOSTS
+        checks = {c["name"]: c["status"] for c in verified["hosts"][0]["checks"]}
+        assert checks == {"data age": "pass", "gpus": "skip", "not judged from Prometheus": "skip"}, checks
