@@ -74,6 +74,13 @@ def test_a_driver_downgrade_with_only_persistenced_swaps_the_module_without_a_re
     assert not p.reboot and "only nvidia-persistenced.service hold" in p.disruption_why
 
 
+def test_secure_boot_signing_keeps_the_reboot_the_role_does_not_try():
+    installed = {n: {"version": "590.44.01-0ubuntu1", "hold": True} for n in DRIVER}
+    signing = _profile().model_copy(update={"driver": _profile().driver.model_copy(update={"secure_boot": "sign"})})
+    p = _plan(_survey(installed, fuser=(HOLDERS / "persistenced-only.fuser.txt").read_text()), profile=signing)
+    assert p.disruption == "reboot" and p.reboot and "Secure Boot signing" in p.disruption_why
+
+
 def test_a_host_without_the_decision_is_planned_with_a_reboot():
     """A host whose collection predates the decision (hand-made: no `activation` key)."""
     survey = _survey({n: {"version": "590.44.01-0ubuntu1", "hold": True} for n in DRIVER})

@@ -157,6 +157,9 @@ def _disruption(plan: HostPlan, profile: Profile, probe: dict, reported: dict, r
         # The driver role's own rule (roles/nvidia_driver/vars/main.yml reboot_due): the
         # installed module is not the loaded one on a host with an NVIDIA device.
         plan.activation = holders_mod.activation(_dict(reported.get("provisioner_holders")), plan.holders)
+        if plan.activation.load and profile.driver.secure_boot == "sign":  # the role does not try (kernel.yml)
+            plan.activation = holders_mod.Activation(False, "with Secure Boot signing the new module loads only "
+                                                            "once its key is enrolled, at a boot")
         # The driver role loads the new module in place where the host's decision allows it
         # (roles/nvidia_driver/tasks/kernel.yml, driver_activation); a reboot otherwise.
         plan.reboot = loaded != profile.driver.version and not plan.activation.load
