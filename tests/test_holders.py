@@ -107,8 +107,9 @@ def test_what_the_host_reports_is_checked_again_on_the_controller():
     found = holders.from_probe(reported)
     assert [(h.pid, h.command, h.kind, h.unit, h.devices, h.service_unit) for h in found] == [
         (5, "?[31mevil", "process", "", ["/dev/nvidia0"], ""), (6, "nv-hostengine", "dcgm", "", [], "")]
-    decision = holders.activation(found)
-    assert not decision.load and "nv-hostengine (pid 6)" in decision.why
+    # A host that claims `load` for holders it cannot stop is not believed.
+    decision = holders.activation(dict(reported, activation={"load": True, "why": "x", "stop_units": []}), found)
+    assert not decision.load and "does not match the holders" in decision.why
 
 
 def test_the_driver_role_stops_every_unit_the_detection_knows():
@@ -122,39 +123,76 @@ def test_the_driver_role_stops_every_unit_the_detection_knows():
 
 
 # ----------------------------------------------------------------- the activation decision
+# Taken on the host (module_utils/holders.activation) on what the detection classified from the
+# captures, and read back by the controller as `provision plan` reads it (judge/holders.activation).
+
+def _decide(name: str = "", *, compute_apps: str = "", modules: dict | None = None) -> holders.Activation:
+    found = detect.read(fuser=(HOLDERS / name).read_text() if name else "", compute_apps=compute_apps)
+    reported = {"holders": found, "activation": detect.activation(found, modules or {})}
+    return holders.activation(reported, holders.from_probe(reported))
+
+
+def _lsmod(name: str) -> dict[str, str]:
+    """A captured lsmod's reference counts ("Used by"), as /sys/module/NAME/refcnt gives them."""
+    lines = [line.split() for line in (HOLDERS / name).read_text().splitlines()]
+    return {parts[0]: parts[2] for parts in lines if len(parts) >= 3 and parts[0] in detect.MODULES}
+
 
 def test_nothing_holds_the_gpus_load_without_a_reboot():
-    decision = holders.activation(_read("handmade-none.fuser.txt"))
+    decision = _decide("handmade-none.fuser.txt")
     assert decision.load and decision.stop_units == () and "nothing holds" in decision.why
 
 
 def test_persistenced_only_is_stopped_for_the_swap():
-    decision = holders.activation(_read("persistenced-only.fuser.txt"))
+    decision = _decide("persistenced-only.fuser.txt")
     assert decision.load and decision.stop_units == ("nvidia-persistenced.service",)
 
 
 def test_a_cuda_process_keeps_the_reboot_and_is_named():
-    decision = holders.activation(_host(fuser=(HOLDERS / "cuda-python.fuser.txt").read_text(),
-                                        compute_apps="45208, python\n"))
+    decision = _decide("cuda-python.fuser.txt", compute_apps="45208, python\n")
     assert not decision.load
     assert "python (pid 45208) holds /dev/nvidia0" in decision.why and "drain the host" in decision.why
 
 
 @pytest.mark.parametrize("name", ["handmade-fabricmanager-only.fuser.txt", "h200-nvswitch-fabricmanager-vllm.fuser.txt"])
 def test_fabric_manager_on_nvswitch_keeps_the_reboot(name: str):
-    decision = holders.activation(_read(name))
+    decision = _decide(name)
     assert not decision.load
     assert "nv-fabricmanage (pid 4334) holds /dev/nvidia-nvlink" in decision.why and "NVSwitch" in decision.why
 
 
 def test_dcgm_station_is_blocked_by_the_display_not_by_dcgm():
-    decision = holders.activation(_read("dgx-station-dcgm.fuser.txt"))
+    decision = _decide("dgx-station-dcgm.fuser.txt")
     assert not decision.load and "Xorg (pid 3392)" in decision.why and "nv-hostengine" not in decision.why
 
 
+def test_an_old_module_in_use_with_no_holder_keeps_the_reboot():
+    """The captured lsmod of a node whose driver container could not unload the module
+    (nvidia: 17 references, one from nvidia_modeset): nothing to stop, still in use."""
+    modules = _lsmod("driver-in-use.lsmod.txt")
+    assert modules == {"nvidia_drm": "0", "nvidia_modeset": "1", "nvidia": "17"}
+    assert detect.in_use(modules) == "nvidia has 17 reference(s), 1 from the NVIDIA modules loaded on it"
+    decision = _decide("handmade-none.fuser.txt", modules=modules)
+    assert not decision.load and "in use (nvidia has 17" in decision.why and "reboot" in decision.why
+    # The same modules with only their own references: unloadable.
+    assert detect.in_use(dict(modules, nvidia="1")) == ""
+
+
+def test_nouveau_on_the_gpus_keeps_the_reboot():
+    """Hand-made: nouveau loaded (a first install, before the blacklist took effect at a boot)."""
+    decision = _decide("handmade-none.fuser.txt", modules={"nouveau": "0"})
+    assert not decision.load and "nouveau" in decision.why
+
+
 def test_a_console_on_nvidia_drm_keeps_the_reboot():
-    decision = holders.activation([], modules={"nvidia": "3", "nvidia_drm": "2"})
-    assert not decision.load and "nvidia_drm" in decision.why
+    decision = _decide("handmade-none.fuser.txt", modules={"nvidia": "3", "nvidia_modeset": "1", "nvidia_drm": "2",
+                                                           "nvidia_uvm": "0"})
+    assert not decision.load and "nvidia_drm has 2" in decision.why
+
+
+def test_a_host_without_a_decision_is_not_swapped():
+    assert not holders.activation({"holders": []}, []).load
+    assert not holders.activation({"activation": {"load": "yes", "why": "\x1b[2J", "stop_units": []}}, []).load
 
 
 def test_the_host_side_reader_runs_on_this_machine():

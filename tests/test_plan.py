@@ -32,9 +32,16 @@ def _survey(packages: dict, *, fuser: str = "", container: str = "", module: str
                                   if lspci is None else lspci},
         "provisioner_state": {"recorded": recorded, "profile": "h100-train", "differences": []},
         "provisioner_packages": packages,
-        "provisioner_holders": {"fuser": {"rc": 0, "output": fuser}, "modules": {"nvidia_drm": "0"},
-                                "holders": detect.read(fuser=fuser)},
+        "provisioner_holders": _holders(fuser),
     }
+
+
+def _holders(fuser: str) -> dict:
+    """provisioner_holders as module_utils/holders.collect reports it: the holders the captured
+    fuser text shows and the decision the host takes on them."""
+    found, modules = detect.read(fuser=fuser), {"nvidia_drm": "0"}
+    return {"fuser": {"rc": 0, "output": fuser}, "modules": modules, "holders": found,
+            "activation": detect.activation(found, modules)}
 
 
 def _plan(survey: dict, *, profile=None, pins=PINS, in_record: bool = False, removed=()):
@@ -59,12 +66,27 @@ def test_a_driver_upgrade_on_a_gpu_host_reboots_and_names_the_blocking_holder():
     assert {h.kind for h in p.holders} == {"fabric_manager", "process"}
 
 
-def test_a_driver_downgrade_with_only_persistenced_could_swap_the_module_but_up_still_reboots():
+def test_a_driver_downgrade_with_only_persistenced_swaps_the_module_without_a_reboot():
     installed = {n: {"version": "590.44.01-0ubuntu1", "hold": True} for n in DRIVER}
     p = _plan(_survey(installed, fuser=(HOLDERS / "persistenced-only.fuser.txt").read_text()))
     assert {c.action for c in p.changes} == {"downgrade", "install"}  # libnccl2 is not installed
     assert p.disruption == "driver unload" and p.activation.stop_units == ("nvidia-persistenced.service",)
-    assert p.reboot and "up asks for a reboot (reboot.allowed is false)" in p.disruption_why
+    assert not p.reboot and "only nvidia-persistenced.service hold" in p.disruption_why
+
+
+def test_secure_boot_signing_keeps_the_reboot_the_role_does_not_try():
+    installed = {n: {"version": "590.44.01-0ubuntu1", "hold": True} for n in DRIVER}
+    signing = _profile().model_copy(update={"driver": _profile().driver.model_copy(update={"secure_boot": "sign"})})
+    p = _plan(_survey(installed, fuser=(HOLDERS / "persistenced-only.fuser.txt").read_text()), profile=signing)
+    assert p.disruption == "reboot" and p.reboot and "Secure Boot signing" in p.disruption_why
+
+
+def test_a_host_without_the_decision_is_planned_with_a_reboot():
+    """A host whose collection predates the decision (hand-made: no `activation` key)."""
+    survey = _survey({n: {"version": "590.44.01-0ubuntu1", "hold": True} for n in DRIVER})
+    del survey["provisioner_holders"]["activation"]
+    p = _plan(survey)
+    assert p.disruption == "reboot" and p.reboot and "no activation decision" in p.disruption_why
 
 
 def test_a_driver_change_in_a_container_restarts_services_and_never_reboots():

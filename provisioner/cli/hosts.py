@@ -140,10 +140,24 @@ def verify(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet:
                                                                    "with iperf3 (a ring), and InfiniBand ports, "
                                                                    "against the profile's network section.")] = False,
            ddp: Annotated[bool, typer.Option("--ddp", help="Also run a small DDP job with torchrun across the hosts "
-                                                           "(NCCL with GPUs, gloo without).")] = False) -> None:
+                                                           "(NCCL with GPUs, gloo without).")] = False,
+           from_prometheus: Annotated[Optional[str], typer.Option(
+               "--from-prometheus", metavar="URL",
+               help="Judge only what the nodes' provision-state.timer and dcgm-exporter published to this "
+                    "Prometheus (its base URL), in one query: nvidia-smi, GPU count, driver version, persistence "
+                    "mode, ECC and Xid; every other check is listed as not judged. A host whose timer data is "
+                    "missing or older than 3 timer intervals is unknown (exit 1).")] = None) -> None:
     """Verify the hosts against the profile (nvidia-smi and friends); changes nothing.
 
-    --network: iperf3 between host pairs; --ddp: a DDP job across the hosts."""
+    --network: iperf3 between host pairs; --ddp: a DDP job across the hosts. --from-prometheus
+    reads what the nodes published instead of asking them (a subset of the checks)."""
+    if from_prometheus is not None:
+        given = [name for name, on in (("--network", network), ("--ddp", ddp)) if on]
+        if given:
+            raise ProvisionError(f"{given[0]} does nothing with --from-prometheus: no host is contacted",
+                                 where=given[0], fix=f"drop {given[0]}, or drop --from-prometheus to ask the hosts")
+        _from_prometheus(session(ctx), "verify", profile, inventory, fleet, from_prometheus)
+        return
     talk_to_hosts(session(ctx), "verify", profile, inventory, fleet.fleet(), network=network, ddp=ddp)
 
 
@@ -371,11 +385,18 @@ def check(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet: 
 
 def _check_from_prometheus(s: Session, profile: str, inventory: Path, fleet: FleetOptions, url: str,
                            deep: bool) -> None:
-    """check --from-prometheus: no host is contacted, so the options that shape a run on the
-    hosts are refused rather than ignored."""
+    if deep:
+        raise ProvisionError("--deep does nothing with --from-prometheus: no host is contacted", where="--deep",
+                             fix="drop --deep, or drop --from-prometheus to ask the hosts")
+    _from_prometheus(s, "check", profile, inventory, fleet, url)
+
+
+def _from_prometheus(s: Session, command: str, profile: str, inventory: Path, fleet: FleetOptions, url: str) -> None:
+    """check or verify --from-prometheus: no host is contacted, so the options that shape a run
+    on the hosts are refused rather than ignored."""
     from provisioner.engine import commands, prometheus
 
-    given = [name for name, on in (("--deep", deep), ("--batch", fleet.batch is not None),
+    given = [name for name, on in (("--batch", fleet.batch is not None),
                                    ("--max-fail", fleet.max_fail is not None), ("--forks", fleet.forks is not None),
                                    ("--ask-become-pass", fleet.ask_become_pass),
                                    ("--become-password-file", fleet.become_password_file is not None)) if on]
@@ -385,6 +406,7 @@ def _check_from_prometheus(s: Session, profile: str, inventory: Path, fleet: Fle
     options = fleet.fleet()
     target = commands.prepare(profile, inventory, options.files_root)
     _warn_dropped(s, target)
-    report = prometheus.check(target, url, runs_dir=options.runs_dir, limit=options.limit)
+    run = prometheus.check if command == "check" else prometheus.verify
+    report = run(target, url, runs_dir=options.runs_dir, limit=options.limit)
     show(s, report, options.as_json, options.junit, force=options.force, verbose=options.verbose)
     raise typer.Exit(report.exit_code)

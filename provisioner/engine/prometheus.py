@@ -40,7 +40,7 @@ from provisioner.engine.target import Target
 from provisioner.judge import kernels as kernels_mod
 from provisioner.reports import monitoring
 from provisioner.reports.report import HostReport, Report
-from provisioner.verdicts.checks import passed
+from provisioner.verdicts.checks import Check, failed, passed, skipped
 
 # Bounds on what we ask and what we accept: a hung Prometheus or a huge answer is one error.
 TIMEOUT_S = 30
@@ -53,6 +53,22 @@ STALE_INTERVALS = 3
 # What state_metrics.DRIFT_KINDS writes (tests/test_prometheus_check.py holds the two equal).
 DRIFT_KINDS = ("held_packages", "packages", "files", "units", "python_envs", "runtimes", "dpkg", "record")
 LABEL_MAX = 300  # a label value longer than provision-state writes is cut before it is shown
+# What provision-state's GPU half judges (state_metrics.CHECKS; tests/test_prometheus_verify.py
+# holds the two equal): each published as gpu_provisioner_check_status{check} 1|0, or absent
+# where it could not run.
+TIMER_CHECKS = ("nvidia-smi", "gpu count", "driver version", "persistence mode", "ecc errors")
+# dcgm-exporter's series `verify --from-prometheus` reads, by NVIDIA's names
+# (github.com/NVIDIA/dcgm-exporter, etc/default-counters.csv): DCGM_FI_DEV_XID_ERRORS, "Value
+# of the last XID error encountered" (on by default), and DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, "Total
+# number of double-bit volatile ECC errors" (a commented-out line there; the profile's
+# dcgm.exporter.collectors turns it on). A GPU's series are told apart by the `gpu` label.
+XID, ECC_DBE = "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+# What `provision verify` over SSH judges that neither provision-state nor dcgm-exporter
+# publishes: listed per host as not judged, never passed.
+NOT_PUBLISHED = ("gpu model", "gpu memory", "ecc mode", "mig", "idle", "driver cuda", "driver module", "xid events "
+                 "in the kernel log", "row remapping", "retired pages", "pcie link", "clocks", "gpu fabric",
+                 "nvlink", "dcgm diag", "the CUDA toolkits, cuDNN, NCCL and TensorRT", "python environments",
+                 "containers", "scratch", "infiniband")
 
 
 def query(loaded) -> str:
@@ -283,6 +299,132 @@ def judge(target: Target, hosts: list[str], answer: Answer, max_age: float) -> t
     return reports, ignored
 
 
+def verify_query(loaded) -> str:
+    """What verify --from-prometheus judges: the timer's checks and run time, dcgm-exporter's
+    Xid and ECC series, and `up` of both jobs; one query."""
+    node = f'{{__name__=~"gpu_provisioner_check_status|gpu_provisioner_last_run_timestamp_seconds|up",' \
+           f'job="{monitoring.node_job(loaded)}"}}'
+    dcgm = f'{{__name__=~"{XID}|{ECC_DBE}|up",job="{monitoring.dcgm_job(loaded)}"}}'
+    return f"{node} or {dcgm}"
+
+
+def _timer_checks(found: dict[str, list[Series]]) -> list[Check]:
+    by_check: dict[str, list[Series]] = defaultdict(list)
+    for s in found.get("gpu_provisioner_check_status", []):
+        by_check[s.labels.get("check", "")].append(s)
+    unknown = sorted(set(by_check) - set(TIMER_CHECKS))
+    if unknown:
+        raise Unknown(f"gpu_provisioner_check_status{{check={_clean(unknown[0])!r}}} is not what provision-state writes")
+    checks = []
+    for name in TIMER_CHECKS:
+        got = by_check.get(name, [])
+        if len(got) > 1:
+            raise Unknown(f"{len(got)} series of gpu_provisioner_check_status{{check={name!r}}} (provision-state "
+                          "writes at most one)")
+        if not got:
+            checks.append(skipped(name, "not judged: provision-state did not publish it (nvidia-smi could not run, "
+                                        "or the profile does not ask for it)"))
+        elif got[0].value == 1:
+            checks.append(passed(name, "passed at provision-state's last run (journalctl -u provision-state has "
+                                       "its detail)"))
+        else:
+            checks.append(failed(name, "failed at provision-state's last run: journalctl -u provision-state says "
+                                       "why"))
+    return checks
+
+
+def _xid_action(xid: int) -> str:
+    """What NVIDIA's Xid catalog says an Xid needs (provisioner/data/xid.yml), as verify's
+    kernel-log check classifies it alone (judge/verify.judge_xid)."""
+    from provisioner.profiles import skus
+
+    catalog = skus.xid_catalog()
+    entry = catalog["xids"].get(xid)
+    return catalog["buckets"].get(entry["immediate"], "rma") if entry else catalog["unknown_action"]
+
+
+def _dcgm_checks(profile, found: dict[str, list[Series]]) -> list[Check]:
+    """dcgm-exporter's last Xid and double-bit ECC count per GPU; not judged where its series are absent."""
+    up = found.get("up", [])
+    if not up:
+        return [skipped("dcgm-exporter", "not judged: Prometheus holds no series of this host's dcgm-exporter "
+                                         "(is it a target of the job?)")]
+    if all(s.value == 0 for s in up):
+        return [failed("dcgm-exporter", "dcgm-exporter does not answer Prometheus (up == 0): systemctl status "
+                                        "dcgm-exporter")]
+    checks = []
+    xids = {_clean(s.labels.get("gpu", "?")): s.value for s in found.get(XID, []) if math.isfinite(s.value)}
+    if not xids:
+        checks.append(skipped("xid errors", f"not judged: dcgm-exporter publishes no {XID}"))
+    else:
+        bad = {gpu: int(v) for gpu, v in xids.items() if v and _xid_action(int(v)) != "informational"}
+        checks.append(failed("xid errors", "last Xid " + "; ".join(f"GPU {g}: Xid {x} ({_xid_action(x).replace('_', ' ')})"
+                                                                   for g, x in sorted(bad.items())))
+                      if bad else passed("xid errors", f"no Xid that needs action as the last one on {len(xids)} GPU(s) "
+                                                       f"({XID})"))
+    dbe = {_clean(s.labels.get("gpu", "?")): s.value for s in found.get(ECC_DBE, []) if math.isfinite(s.value)}
+    limit = profile.verify.ecc_uncorrectable_max or 0
+    if not dbe:
+        checks.append(skipped("ecc double-bit", f"not judged: dcgm-exporter publishes no {ECC_DBE} (ECC off, or the "
+                                                "counter is not among its collectors)"))
+    else:
+        over = {g: int(v) for g, v in dbe.items() if v > limit}
+        checks.append(failed("ecc double-bit", "; ".join(f"GPU {g}: {n}" for g, n in sorted(over.items()))
+                             + f" volatile double-bit ECC error(s), over {limit}") if over
+                      else passed("ecc double-bit", f"within {limit} on {len(dbe)} GPU(s) ({ECC_DBE})"))
+    return checks
+
+
+def judge_verify(target: Target, hosts: list[str], answer: Answer, max_age: float) -> tuple[list[HostReport], int]:
+    """verify from Prometheus: one HostReport per host, with what the timer and dcgm-exporter
+    published judged, and everything else listed as not judged; also how many series were ignored."""
+    loaded, inventory = target.loaded, target.inventory
+    profile = loaded.profile
+    node_job, dcgm_job = monitoring.node_job(loaded), monitoring.dcgm_job(loaded)
+    dcgm_on = profile.dcgm.enabled and profile.dcgm.exporter.enabled
+    instance = {h: {node_job: monitoring.node_instance(loaded, inventory, h),
+                    dcgm_job: monitoring.dcgm_instance(loaded, inventory, h)} for h in hosts}
+    by_host = {h: {node_job: defaultdict(list), dcgm_job: defaultdict(list)} for h in hosts}
+    ignored = 0
+    for s in answer.series:
+        host, job = s.labels.get("host", ""), s.labels.get("job", "")
+        if host not in instance or job not in by_host[host] or s.labels.get("instance") != instance[host][job]:
+            ignored += 1
+            continue
+        by_host[host][job][s.labels.get("__name__", "")].append(s)
+    reports = []
+    for name in hosts:
+        report = HostReport(name, "ok")
+        reports.append(report)
+        node = by_host[name][node_job]
+        try:
+            if not node:
+                raise Unknown("Prometheus holds no series of this host's node_exporter (is it a target of the job?)")
+            if all(s.value == 0 for s in node.get("up", [])) and node.get("up"):
+                raise Unknown("node_exporter does not answer Prometheus (up == 0)")
+            ran = _one(node, "gpu_provisioner_last_run_timestamp_seconds").value
+            age = answer.evaluated - ran
+            if abs(age) > max_age:
+                raise Unknown(f"provision-state last ran at {_iso(ran)}, {age:.0f} s from Prometheus's clock "
+                              f"(more than {max_age:g} s is not judged)")
+            report.checks.append(passed("data age", f"{max(age, 0):.0f} s: provision-state ran at {_iso(ran)} "
+                                                    f"(at most {max_age:g} s is judged)"))
+            if profile.expects_gpu:
+                report.checks.extend(_timer_checks(node))
+            else:  # the timer's nvidia-smi fails on a GPU-less host for any cause; verify over SSH tells them apart
+                report.checks.append(skipped("gpus", "not judged: the profile expects no GPU, and provision-state "
+                                                     "publishes whether nvidia-smi ran, not why it did not"))
+        except Unknown as why:
+            report.status = "unknown"
+            report.failures.append(f"no GPU checks to judge from Prometheus: {why}")
+            continue
+        if dcgm_on:
+            report.checks.extend(_dcgm_checks(profile, by_host[name][dcgm_job]))
+        report.checks.append(skipped("not judged from Prometheus", ", ".join(NOT_PUBLISHED)
+                                     + ": nothing in Prometheus carries them; provision verify asks the hosts"))
+    return reports, ignored
+
+
 def selected(target: Target, limit: str | None) -> list[str]:
     """The inventory's hosts, or those --limit names (host names, comma-separated: no
     Ansible patterns, since no Ansible runs here)."""
@@ -301,25 +443,35 @@ def selected(target: Target, limit: str | None) -> list[str]:
 def check(target: Target, url: str, *, runs_dir: Path, limit: str | None = None) -> Report:
     """`provision check --from-prometheus URL`: the report, written to a new run folder
     (report.json, and Prometheus's answer as prometheus.json)."""
-    from provisioner.engine.commands import new_run_dir
-
     # What a plain check judges against: the index the last live resolution read (commands.execute).
     target = dataclasses.replace(target, resolution="recorded")
+    target.role_vars  # noqa: B018 - resolved before the query: a profile that cannot render is refused first
+    return _run("check", target, url, runs_dir, limit, query(target.loaded), judge)
+
+
+def verify(target: Target, url: str, *, runs_dir: Path, limit: str | None = None) -> Report:
+    """`provision verify --from-prometheus URL`: what the nodes' timers and dcgm-exporters
+    published, judged; every other verify check listed as not judged. The same run folder."""
+    return _run("verify", target, url, runs_dir, limit, verify_query(target.loaded), judge_verify)
+
+
+def _run(command: str, target: Target, url: str, runs_dir: Path, limit: str | None, expr: str, judge_fn) -> Report:
+    from provisioner.engine.commands import new_run_dir
+
     loaded = target.loaded
     base = check_url(url)
     hosts = selected(target, limit)
-    target.role_vars  # noqa: B018 - resolved before the query: a profile that cannot render is refused first
     max_age = STALE_INTERVALS * loaded.profile.monitoring.state_timer.interval_s
-    body = fetch(base, query(loaded))
+    body = fetch(base, expr)
     answer = parse(body)
     old_umask = os.umask(0o077)  # run records name hosts: owner-only, as commands.execute makes them
     try:
-        run_dir = new_run_dir(runs_dir, "check", loaded.profile.name)
+        run_dir = new_run_dir(runs_dir, command, loaded.profile.name)
         outputs.write_file(run_dir / "prometheus.json", body, mode=0o600, what="Prometheus's answer")
         started = _iso(answer.evaluated)
-        report = Report("check", loaded.profile.name, loaded.digest, str(target.inventory.source), run_dir,
+        report = Report(command, loaded.profile.name, loaded.digest, str(target.inventory.source), run_dir,
                         started=started, finished=_iso(dt.datetime.now(dt.timezone.utc).timestamp()))
-        report.hosts, ignored = judge(target, hosts, answer, max_age)
+        report.hosts, ignored = judge_fn(target, hosts, answer, max_age)
         report.source = {"prometheus": base, "evaluated": started, "max_age_s": max_age, "ignored_series": ignored}
         report.write()
     finally:

@@ -6,8 +6,8 @@ The holder detection is one piece of code, on the host: plugins/module_utils/hol
 classifies every holder (persistenced, fabric_manager, dcgm, dcgm_exporter, cuda, process).
 The probe reports that list (provisioner_holders.holders, beside the tools' own text kept as
 evidence); the MIG change on the host (module_utils/mig_layout.py) acts on the same list. Here
-the controller judges it: `provision plan` lists the holders in a host's disruption class and
-the reboot-free driver activation decision (`activation`) stands on them.
+the controller judges it: `provision plan` lists the holders in a host's disruption class, and
+reads back the reboot-free driver activation decision the host took on them (`activation`).
 
 Everything a host sends is untrusted: an entry that is not a holder is skipped, PIDs are
 numbers, a kind outside the known ones reads as an unknown process (it blocks, it is never
@@ -23,9 +23,6 @@ from typing import Any, Literal, get_args
 Kind = Literal["persistenced", "fabric_manager", "dcgm", "dcgm_exporter", "cuda", "process"]
 KINDS: tuple[str, ...] = get_args(Kind)
 SERVICE_KINDS = frozenset(KINDS) - {"cuda", "process"}
-# The provisioner's own daemons, which only keep the driver initialised or read it: stopping
-# them for the swap and starting them after is what a reboot would do to them anyway.
-STOPPABLE: frozenset[str] = frozenset({"persistenced", "dcgm", "dcgm_exporter"})
 _NAME = re.compile(r"[^\x21-\x7e]")
 _UNIT = re.compile(r"^[A-Za-z0-9@._:-]{1,200}\.service$")
 MAX_HOLDERS = 256  # as many as the host reads (module_utils/holders.py MAX_PIDS)
@@ -84,29 +81,21 @@ class Activation:
     stop_units: tuple[str, ...] = ()
 
 
-def activation(holders: list[Holder], modules: dict[str, str] | None = None) -> Activation:
-    """The reboot-free activation decision. Only when nothing holds the GPUs but the
-    provisioner's own daemons (persistenced, DCGM, the exporter: stopped for the swap and
-    started after) and no module outside our reach holds the driver (nvidia_drm used by a
-    console or display). Fabric manager is never stopped under a live NVLink fabric, and a
-    workload is never stopped: those say why not, naming each holder."""
-    blockers = [h for h in holders if h.kind not in STOPPABLE or not h.service_unit]
-    if blockers:
-        fm = [h for h in blockers if h.kind == "fabric_manager"]
-        why = "; ".join(h.describe() for h in blockers)
-        if fm:
-            why += (": fabric manager runs the NVSwitch fabric every GPU's NVLink traffic crosses, and is not "
-                    "stopped under it; reboot")
-        else:
-            why += ": stop these processes (drain the host) or reboot"
+def activation(reported: Any, holders: list[Holder]) -> Activation:
+    """The host's reboot-free activation decision (module_utils/holders.activation, the one
+    decision, taken on the host beside the one detection and acted on by the driver role),
+    checked again: `load` only as a real true, and only when every holder the host listed
+    is a service whose unit is among the units it would stop; `why` kept as bounded text."""
+    decision = reported.get("activation") if isinstance(reported, dict) else None
+    if not isinstance(decision, dict):
+        return Activation(False, "the host reported no activation decision (its collection is older than the "
+                                 "decision): reboot")
+    text = decision.get("why") if isinstance(decision.get("why"), str) else ""
+    why = "".join(c if c.isprintable() else "?" for c in text)[:1000] or "?"
+    units = decision.get("stop_units") if isinstance(decision.get("stop_units"), list) else []
+    stop = tuple(sorted({u for u in units if isinstance(u, str) and _UNIT.match(u)}))
+    if decision.get("load") is not True:
         return Activation(False, why)
-    drm = (modules or {}).get("nvidia_drm", "")
-    if drm.isdigit() and int(drm) > 0:
-        return Activation(False, f"module nvidia_drm is in use ({drm} references: a console or display server uses "
-                                 "the GPU) and cannot be unloaded; reboot")
-    units = tuple(sorted({h.service_unit for h in holders if h.service_unit}))
-    if not holders:
-        return Activation(True, "nothing holds /dev/nvidia*: the old module can be unloaded and the new one loaded")
-    return Activation(True, f"only {', '.join(units)} hold /dev/nvidia*: stopped, the old module unloaded and the new "
-                            "one loaded, then started again", units)
-
+    if len(stop) != len(units) or {h.service_unit for h in holders} != set(stop) or not all(h.service_unit for h in holders):
+        return Activation(False, "the host's activation decision does not match the holders it listed: reboot")
+    return Activation(True, why, stop)

@@ -13,9 +13,10 @@ Disruption classes, from least to most: none (libraries, files, environments: no
 restarts); service restart (a unit of ours is restarted, started or stopped); driver unload
 (a new driver module replaces the loaded one: every process and unit holding /dev/nvidia*
 is listed, judge/holders.py); reboot (the swap cannot happen under what holds the GPUs).
-`reboot` says separately whether up itself reboots (or asks for one): its driver role
-loads a new module only by a reboot today, so on a GPU host a driver change reboots even
-where the class says the module could be swapped in place."""
+The host takes the reboot-free activation decision on its holders (module_utils/holders.py)
+and the driver role acts on the same decision, so `reboot` (whether up reboots, or asks for
+one) is set exactly where the class is reboot; a swap that still fails on the host (the old
+module turns out busy once the daemons are stopped) falls back to the reboot there."""
 
 from __future__ import annotations
 
@@ -155,14 +156,15 @@ def _disruption(plan: HostPlan, profile: Profile, probe: dict, reported: dict, r
     if "driver" in components and not container and lspci:
         # The driver role's own rule (roles/nvidia_driver/vars/main.yml reboot_due): the
         # installed module is not the loaded one on a host with an NVIDIA device.
-        plan.reboot = loaded != profile.driver.version
-        plan.activation = holders_mod.activation(plan.holders, _dict(_dict(reported.get("provisioner_holders")).get("modules")))
-        if plan.activation.load:
-            plan.disruption = "driver unload"
-            plan.disruption_why = f"driver {loaded or 'not loaded'} -> {profile.driver.version}: {plan.activation.why}"
-        else:
-            plan.disruption = "reboot"
-            plan.disruption_why = f"driver {loaded or 'not loaded'} -> {profile.driver.version}: {plan.activation.why}"
+        plan.activation = holders_mod.activation(_dict(reported.get("provisioner_holders")), plan.holders)
+        if plan.activation.load and profile.driver.secure_boot == "sign":  # the role does not try (kernel.yml)
+            plan.activation = holders_mod.Activation(False, "with Secure Boot signing the new module loads only "
+                                                            "once its key is enrolled, at a boot")
+        # The driver role loads the new module in place where the host's decision allows it
+        # (roles/nvidia_driver/tasks/kernel.yml, driver_activation); a reboot otherwise.
+        plan.reboot = loaded != profile.driver.version and not plan.activation.load
+        plan.disruption = "driver unload" if plan.activation.load else "reboot"
+        plan.disruption_why = f"driver {loaded or 'not loaded'} -> {profile.driver.version}: {plan.activation.why}"
         if plan.reboot:
             plan.disruption_why += ("; up reboots the host to load it" if profile.reboot.allowed else
                                     "; up asks for a reboot (reboot.allowed is false)")

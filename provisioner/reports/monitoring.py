@@ -199,6 +199,12 @@ def node_instance(loaded: Loaded, inventory: Inventory, host: str) -> str:
     return f"{_address(host, inventory.hosts[host])}:{loaded.profile.monitoring.node_exporter.port}"
 
 
+def dcgm_instance(loaded: Loaded, inventory: Inventory, host: str) -> str:
+    """The `instance` label Prometheus gives `host`'s dcgm-exporter scraped from `targets`:
+    what `verify --from-prometheus` requires of a host's dcgm-exporter series."""
+    return f"{_address(host, inventory.hosts[host])}:{loaded.profile.dcgm.exporter.port}"
+
+
 def node_scrape_config(loaded: Loaded, targets_file: str, rules_file: str) -> str:
     job = {"job_name": node_job(loaded), "scrape_interval": "15s", "scrape_timeout": "10s",
            "metrics_path": "/metrics", "file_sd_configs": [{"files": [targets_file], "refresh_interval": "5m"}]}

@@ -28,7 +28,18 @@ import re
 import stat
 import subprocess
 
-MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
+MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nouveau")
+# Which loaded module holds a reference on which (lsmod's "Used by"): every other reference
+# is an open device file or a kernel user, and the module cannot be unloaded under it. The
+# rule of NVIDIA's own driver container (NVIDIA/gpu-driver-container, ubuntu22.04/nvidia-driver,
+# _unload_driver: nvidia's references above its loaded dependants, or any reference on
+# nvidia_uvm / nvidia_modeset / nvidia_peermem, is "driver is in use"), with nvidia_drm's
+# reference on nvidia_modeset, as lsmod shows it ("nvidia_modeset ... 1 nvidia_drm").
+DEPENDANTS = {"nvidia": ("nvidia_uvm", "nvidia_modeset", "nvidia_peermem"), "nvidia_modeset": ("nvidia_drm",),
+              "nvidia_uvm": (), "nvidia_drm": (), "nvidia_peermem": ()}
+# The provisioner's own daemons, which only keep the driver initialised or read it: stopping
+# them for the swap and starting them after is what a reboot would do to them anyway.
+STOPPABLE = ("persistenced", "dcgm", "dcgm_exporter")
 MAX_PIDS = 256          # a host with more holders than this is busy whatever they are
 MAX_OUTPUT = 200_000
 
@@ -189,18 +200,79 @@ def _read(path: str, limit: int = 4096) -> str | None:
         return None
 
 
+def _describe(h: dict) -> str:
+    devices = h.get("devices") or []
+    where = ", ".join(devices[:3]) + (f" and {len(devices) - 3} more" if len(devices) > 3 else "")
+    unit = f", unit {h['unit']}" if h.get("unit") else ""
+    return f"{h.get('command') or '?'} (pid {h.get('pid')}{unit}) holds {where}"
+
+
+def in_use(modules: dict) -> str:
+    """Why the loaded NVIDIA modules cannot be unloaded now (references beyond their loaded
+    dependants, DEPENDANTS), or "" when they can. `modules`: name -> /sys/module/NAME/refcnt."""
+    busy = []
+    for name, dependants in DEPENDANTS.items():
+        refs = str(modules.get(name, "")).strip()
+        if not refs.isdigit():
+            continue  # not loaded
+        expected = sum(1 for d in dependants if d in modules)
+        if int(refs) > expected:
+            busy.append(f"{name} has {refs} reference(s), {expected} from the NVIDIA modules loaded on it")
+    return "; ".join(busy)
+
+
+def activation(holders: list, modules: dict) -> dict:
+    """The reboot-free driver activation decision, from what this module read: {load, why,
+    stop_units}. Load the new module in place only when nothing holds the GPUs but the
+    provisioner's own daemons (STOPPABLE: stopped for the swap, started after), nouveau does
+    not drive them, and, with nothing to stop, no other reference keeps the old module (in_use;
+    with daemons to stop, the role checks that again once they are stopped). A workload, a
+    display and fabric manager (it runs the NVSwitch fabric every GPU's NVLink traffic
+    crosses, and is not stopped under it) keep the reboot, each holder named."""
+    blockers = [h for h in holders if h.get("kind") not in STOPPABLE or not h.get("service_unit")]
+    if blockers:
+        why = "; ".join(_describe(h) for h in blockers)
+        if any(h.get("kind") == "fabric_manager" for h in blockers):
+            why += (": fabric manager runs the NVSwitch fabric every GPU's NVLink traffic crosses, and is not "
+                    "stopped under it; reboot")
+        else:
+            why += ": stop these processes (drain the host) or reboot"
+        return {"load": False, "why": why, "stop_units": []}
+    if str(modules.get("nouveau", "")).strip():
+        return {"load": False, "stop_units": [],
+                "why": "nouveau is loaded and drives the GPUs; it is blacklisted, so the reboot loads the NVIDIA module"}
+    units = sorted({h["service_unit"] for h in holders})
+    if not holders:
+        busy = in_use(modules)
+        if busy:
+            return {"load": False, "stop_units": [],
+                    "why": f"nothing holds /dev/nvidia*, but the old module is in use ({busy}: a console, a display "
+                           "or a kernel user) and cannot be unloaded; reboot"}
+        return {"load": True, "stop_units": [],
+                "why": "nothing holds /dev/nvidia*: the old module can be unloaded and the new one loaded"}
+    return {"load": True, "stop_units": units,
+            "why": f"only {', '.join(units)} hold /dev/nvidia*: stopped, the old module unloaded and the new one "
+                   "loaded, then started again"}
+
+
 def collect(timeout: int = 30) -> dict:
     """devices, fuser {rc, output}, compute_apps {rc, output}, cgroups {pid: text}, modules
-    {name: refcnt text} (the evidence) and holders (read() of it); fuser and nvidia-smi are not
-    run where there is no device."""
+    {name: refcnt text} (the evidence), holders (read() of it) and the activation decision on
+    them; fuser and nvidia-smi are not run where there is no device."""
     found = devices()
-    modules = {m: (_read(f"/sys/module/{m}/refcnt") or "").strip() for m in MODULES if os.path.isdir(f"/sys/module/{m}")}
+    modules = loaded_modules()
     if not found:
-        return {"devices": [], "fuser": None, "compute_apps": None, "cgroups": {}, "modules": modules, "holders": []}
+        return {"devices": [], "fuser": None, "compute_apps": None, "cgroups": {}, "modules": modules, "holders": [],
+                "activation": activation([], modules)}
     fuser = _run(["fuser", "-v", "--"] + found, timeout)
     apps = _run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"], timeout)
     pids = list(parse_fuser(fuser["output"]))[:MAX_PIDS]
     cgroups = {str(pid): text for pid in pids if (text := _read(f"/proc/{pid}/cgroup")) is not None}
+    holders = read(fuser=fuser["output"], compute_apps=apps["output"] if apps["rc"] == 0 else "", cgroups=cgroups)
     return {"devices": found, "fuser": fuser, "compute_apps": apps, "cgroups": cgroups, "modules": modules,
-            "holders": read(fuser=fuser["output"], compute_apps=apps["output"] if apps["rc"] == 0 else "",
-                            cgroups=cgroups)}
+            "holders": holders, "activation": activation(holders, modules)}
+
+
+def loaded_modules() -> dict:
+    """MODULES loaded now: name -> its reference count (/sys/module/NAME/refcnt, what lsmod shows)."""
+    return {m: (_read(f"/sys/module/{m}/refcnt") or "").strip() for m in MODULES if os.path.isdir(f"/sys/module/{m}")}
