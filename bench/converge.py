@@ -55,6 +55,10 @@ MB = 1e6
 # This checkout's CLI (cwd=REPO puts it first on sys.path), not whichever `provision` is installed.
 PROVISION = [sys.executable, "-m", "provisioner.cli"]
 # history.log: "Install: libfoo:amd64 (1.2-3), bar:amd64 (4.5, automatic)"
+# Actions that run on the controller: every other task is (at least) one module call on the host.
+CONTROLLER_ACTIONS = {"ansible.builtin." + a for a in (
+    "set_fact", "assert", "debug", "fail", "include_tasks", "import_tasks", "include_role", "import_role",
+    "include_vars", "validate_argument_spec", "meta", "add_host", "group_by")}
 HISTORY_ITEM = re.compile(r"([a-z0-9][a-z0-9+.-]*):[a-z0-9]+ \(([^,)]+)(?:, automatic)?\)")
 
 
@@ -73,13 +77,23 @@ def rx_bytes(host: str) -> int:
     raise RuntimeError(f"{host}: no eth0 in /proc/net/dev")
 
 
-def installed_by_apt(host: str) -> dict[str, str]:
-    """Every package an apt transaction on the host installed (name -> version)."""
-    out: dict[str, str] = {}
+def apt_history(host: str) -> tuple[dict[str, str], list[float]]:
+    """Every package an apt transaction on the host installed (name -> version), and each
+    transaction's own seconds (history.log's Start-Date to End-Date: whole seconds)."""
+    packages: dict[str, str] = {}
+    seconds: list[float] = []
+    start = None
     for line in sh(host, "cat /var/log/apt/history.log 2>/dev/null || true").splitlines():
-        if line.startswith("Install: "):
-            out.update(HISTORY_ITEM.findall(line))
-    return out
+        key, _, value = line.partition(": ")
+        if key == "Install":
+            packages.update(HISTORY_ITEM.findall(value))
+        elif key in ("Start-Date", "End-Date"):
+            at = dt.datetime.strptime(value.strip(), "%Y-%m-%d  %H:%M:%S")
+            if key == "Start-Date":
+                start = at
+            elif start is not None:
+                seconds.append((at - start).total_seconds())
+    return packages, seconds
 
 
 def venvs(host: str) -> dict[str, list[str]]:
@@ -132,6 +146,7 @@ def where_it_goes(run_dir: Path) -> dict:
     """Task seconds per playbook, per role and per task; the apt transactions."""
     per_play, per_role, per_task = collections.Counter(), collections.Counter(), collections.Counter()
     apt = {"count": 0, "seconds": 0.0, "update_cache": 0}
+    remote = collections.Counter()   # module calls on the host per playbook (a loop's items each)
     starts = {}
     for playbook, e in sorted(events(run_dir), key=lambda pe: (pe[0], pe[1]["counter"])):
         d = e.get("event_data", {})
@@ -144,6 +159,9 @@ def where_it_goes(run_dir: Path) -> dict:
             per_play[playbook] += seconds
             per_role[f"{playbook}: {role}"] += seconds
             per_task[f"{playbook}: {role}: {d.get('task', '?').strip()}"] += seconds
+            if e["event"] != "runner_on_skipped" and d.get("resolved_action") not in CONTROLLER_ACTIONS:
+                items = d.get("res", {}).get("results")
+                remote[playbook] += 1 if items is None else sum(not i.get("skipped") for i in items)
             if d.get("resolved_action") == "ansible.builtin.apt" and e["event"] == "runner_on_ok":
                 args = d.get("task_args") or {}
                 res = d.get("res", {})
@@ -151,7 +169,7 @@ def where_it_goes(run_dir: Path) -> dict:
                     apt["count"] += 1
                     apt["seconds"] += seconds
                     apt["update_cache"] += bool(res.get("cache_updated"))
-    return {"play": per_play, "role": per_role, "task": per_task, "apt": apt}
+    return {"play": per_play, "role": per_role, "task": per_task, "apt": apt, "remote": remote}
 
 
 def bench_once(name: str, profile: Path, run: int) -> dict:
@@ -171,14 +189,16 @@ def bench_once(name: str, profile: Path, run: int) -> dict:
             raise SystemExit(f"provision up ({name}) exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
         print(f"  {up_s:7.1f} s  provision up --profile {name}", file=sys.stderr, flush=True)
         rx_a = rx_bytes(a) - rx_a
-        packages, envs = installed_by_apt(a), venvs(a)
+        (packages, apt_own), envs = apt_history(a), venvs(a)
         rx_b = rx_bytes(b)
         steps = floor(b, a, packages, envs)
         rx_b = rx_bytes(b) - rx_b
+        floor_apt_own = apt_history(b)[1]
         print(f"  {sum(steps.values()):7.1f} s  floor: {len(packages)} packages, {len(envs)} venv(s)",
               file=sys.stderr, flush=True)
         run_dir = sorted(runs_dir.glob("*-up-*"))[-1]
         return {"up": up_s, "floor": steps, "rx_up": rx_a, "rx_floor": rx_b, "packages": len(packages),
+                "apt_own": apt_own, "floor_apt_own": floor_apt_own,
                 "where": where_it_goes(run_dir), "run_dir": str(run_dir)}
     finally:
         for p, w in workdirs.items():
@@ -199,13 +219,15 @@ def report(name: str, results: list[dict]) -> None:
     tasks = sum(w["play"].values())
     print(f"  where the converge's {last['up']:.1f} s go (task seconds, last run):")
     for play, seconds in sorted(w["play"].items()):
-        print(f"    {seconds:7.1f} s  playbook {play}")
+        print(f"    {seconds:7.1f} s  playbook {play}: {w['remote'][play]} module calls on the host")
     print(f"    {last['up'] - tasks:7.1f} s  outside tasks (CLI, playbook start-ups, fact cache, gaps)")
     for role, seconds in w["role"].most_common():
         if seconds >= 0.5:
             print(f"      {seconds:7.1f} s  {role}")
     apt = w["apt"]
-    print(f"  apt tasks: {apt['count']} ({apt['seconds']:.1f} s), {apt['update_cache']} of them refreshed the lists")
+    print(f"  apt tasks: {apt['count']} ({apt['seconds']:.1f} s), {apt['update_cache']} of them refreshed the lists; "
+          f"apt's own transactions (history.log): converge {len(last['apt_own'])}, {sum(last['apt_own']):.0f} s; "
+          f"floor {len(last['floor_apt_own'])}, {sum(last['floor_apt_own']):.0f} s")
     print("  slowest tasks:")
     for task, seconds in w["task"].most_common(10):
         print(f"    {seconds:7.1f} s  {task[:100]}")
