@@ -1,7 +1,8 @@
 """gpu_provisioner.node.paths_absent: many paths removed in one module call, run for real on
 this machine (ansible-runner, local connection) in a temporary folder: files, folders with
 content, links (removed, never followed) and paths that are not there; check mode removes
-nothing; a second run changes nothing; a relative path or / is refused before anything goes."""
+nothing; a second run changes nothing; a relative path or the root in any spelling is refused
+before anything goes (tested in check mode only: see the test)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,13 @@ def test_removes_files_folders_and_links_in_one_call_and_nothing_the_second_time
 
 @pytest.mark.parametrize("bad", ["relative/path", "/", "//", "/..//."])
 def test_refuses_a_relative_path_or_the_root_and_removes_nothing(tmp_path: Path, bad: str):
+    # In check mode only, always: this runs as root on the controller, and a refusal that
+    # regressed must never be able to remove anything for real. An earlier version of
+    # this test ran "//" for real before the module knew that spelling of the root, and
+    # shutil.rmtree emptied most of the controller's /etc before it stopped at /proc.
     victim = tmp_path / "victim"
     victim.write_text("x\n")
-    run = play(tmp_path, "bad", _remove(str(victim), bad), LOCAL)
+    run = play(tmp_path, "bad", _remove(str(victim), bad), LOCAL, check=True)
     assert run.rc != 0 and run.status("remove") == ["failed"]
     assert "not an absolute path below /" in _res(run)["msg"]
     assert victim.exists()
