@@ -59,6 +59,7 @@ PROVISION = [sys.executable, "-m", "provisioner.cli"]
 CONTROLLER_ACTIONS = {"ansible.builtin." + a for a in (
     "set_fact", "assert", "debug", "fail", "include_tasks", "import_tasks", "include_role", "import_role",
     "include_vars", "validate_argument_spec", "meta", "add_host", "group_by")}
+APT_ACTIONS = {"ansible.builtin.apt", "gpu_provisioner.node.apt_install"}
 HISTORY_ITEM = re.compile(r"([a-z0-9][a-z0-9+.-]*):[a-z0-9]+ \(([^,)]+)(?:, automatic)?\)")
 
 
@@ -162,13 +163,10 @@ def where_it_goes(run_dir: Path) -> dict:
             if e["event"] != "runner_on_skipped" and d.get("resolved_action") not in CONTROLLER_ACTIONS:
                 items = d.get("res", {}).get("results")
                 remote[playbook] += 1 if items is None else sum(not i.get("skipped") for i in items)
-            if d.get("resolved_action") == "ansible.builtin.apt" and e["event"] == "runner_on_ok":
-                args = d.get("task_args") or {}
-                res = d.get("res", {})
-                if args.get("name") or args.get("update_cache") or res.get("cache_updated") is not None:
-                    apt["count"] += 1
-                    apt["seconds"] += seconds
-                    apt["update_cache"] += bool(res.get("cache_updated"))
+            if d.get("resolved_action") in APT_ACTIONS and e["event"] == "runner_on_ok":
+                apt["count"] += 1
+                apt["seconds"] += seconds
+                apt["update_cache"] += bool(d.get("res", {}).get("cache_updated"))
     return {"play": per_play, "role": per_role, "task": per_task, "apt": apt, "remote": remote}
 
 
