@@ -12,17 +12,17 @@ description:
     not installed at their version. ansible.builtin.apt builds apt's whole pin policy anew
     for every package it is given (C(apt_pkg.Policy) over every package apt knows, about
     0.6 s of CPU each, measured on a Debian 12 lab host with contrib and non-free and the
-    driver's pins); the driver's 7 pinned packages there cost it about 4 s of CPU before
+    driver's pins), so the driver's 7 pinned packages there cost it about 4 s of CPU before
     apt-get starts, and minutes on a loaded machine.
   - Runs apt-get only when a package is missing or at another version, so a second run
     reports no change; then every pinned package named is given to apt (so all of them end
     up marked as installed by hand, as ansible.builtin.apt leaves them). Check mode asks apt to
     simulate the transaction (C(apt-get install -s)), so it fails where the real run would,
     and reports what it would install; it changes nothing.
-  - No apt list refresh: the roles refresh the lists where their sources change.
+  - It refreshes no apt lists; the roles refresh them where their sources change.
 options:
   name:
-    description: C(package=version) items (or a bare C(package): any version). An empty list does nothing.
+    description: C(package=version) items, or a bare C(package) for any version. An empty list does nothing.
     type: list
     elements: str
     required: true

@@ -11,7 +11,7 @@ description:
   - Removes each path that exists (a file or a link is unlinked, never followed; a folder is
     removed with what it holds). A role turned off removes its units and files with one
     task, where ansible.builtin.file with a loop costs one module run per path (each a round
-    trip to the host: on a fresh lab host the converge of lab-driver-only made ten of them
+    trip to the host; on a fresh lab host the converge of lab-driver-only made ten of them
     for paths that were not there).
   - Changes only what exists, so a second run reports no change; check mode reports what it
     would remove and removes nothing.
