@@ -8,7 +8,8 @@ flow that pins, the assert on apt's offer comes before
 
   - any task that writes apt preferences (dest/path under /etc/apt/preferences.d, directly
     or through a role variable, or content from the apt_preferences filter),
-  - any ansible.builtin.apt install at pinned versions (as_pins / as_install, or name=version),
+  - any install at pinned versions (ansible.builtin.apt or gpu_provisioner.node.apt_install;
+    as_pins / as_install, or name=version),
   - any hold (apt_hold, dpkg_selections hold, apt-mark hold),
 
 and that nothing at all that changes the host comes before it. The offer assert is an
@@ -106,7 +107,7 @@ def writes_preferences(task: dict, variables: dict) -> bool:
 
 def installs_pinned(task: dict) -> bool:
     mod, args = module(task)
-    if mod != "apt" or not isinstance(args, dict) or "name" not in args:
+    if mod not in {"apt", "apt_install"} or not isinstance(args, dict) or "name" not in args:
         return False
     names = args["name"]
     if isinstance(names, str):

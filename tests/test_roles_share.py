@@ -5,6 +5,8 @@ one place, and a copy that creeps back fails here.
   writes its local fact file (`*.fact`) any other way.
 - Holds: one module, gpu_provisioner.node.apt_hold (one apt-mark call per role and run);
   no role holds with dpkg_selections or apt-mark loops again.
+- Installs at exact versions: one module, gpu_provisioner.node.apt_install (one apt-get call;
+  ansible.builtin.apt builds apt's pin policy anew for every package named: issue 35).
 - No two roles' task files share five or more identical tasks, once each role's own
   variable prefix is read as the same word (`nccl_facts_dir` and `cudnn_facts_dir` alike).
 """
@@ -68,6 +70,17 @@ def test_holds_go_through_apt_hold_only():
                                             and "unhold" not in words):
                 loose.append(f"{role}: {task.get('name')}")
     assert not loose, f"holds outside apt_hold: {loose}"
+
+
+def test_installs_at_exact_versions_go_through_apt_install_only():
+    loose = []
+    for role, tasks in role_tasks().items():
+        for task in tasks:
+            mod, args = _module(task)
+            names = json.dumps(args.get("name", "")) if mod == "apt" and isinstance(args, dict) else ""
+            if re.search(r"\b(as_pins|as_install)\b|[a-z0-9]=[0-9]", names):
+                loose.append(f"{role}: {task.get('name')}")
+    assert not loose, f"pinned installs outside apt_install: {loose}"
 
 
 def _normalized(role: str, task: dict) -> str:

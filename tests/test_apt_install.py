@@ -1,0 +1,70 @@
+"""gpu_provisioner.node.apt_install: exact versions installed with one apt-get call, run for
+real on this machine (ansible-runner, local connection) where nothing gets installed: a
+package dpkg has at its version already is left alone (no apt-get run, no change, in check
+mode too); check mode asks apt to simulate a version it does not offer and fails with apt's
+own words, naming what it would have installed; anything that is not a package name (an
+option, a shell word) is refused before apt-get runs. The real install is the converge's:
+bench/converge.py and the lab's converge tests run it on lab hosts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .ansibleplay import LOCAL, play
+
+pytestmark = pytest.mark.ansible
+
+CANDIDATES = ("gzip", "tar", "coreutils")
+
+
+@pytest.fixture
+def installed() -> tuple[str, str]:
+    """A package dpkg has installed here, and its version."""
+    if not shutil.which("apt-get") or not shutil.which("dpkg-query"):
+        pytest.skip("apt_install needs apt-get and dpkg-query (a Debian-family machine)")
+    for name in CANDIDATES:
+        r = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}|${Version}", name], capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.startswith("ii"):
+            return name, r.stdout.split("|", 1)[1]
+    pytest.skip(f"none of {CANDIDATES} is installed here")
+
+
+def _install(items: list[str]) -> list:
+    return [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "install", "gpu_provisioner.node.apt_install": {"name": items, "allow_downgrade": True}}]}]
+
+
+def _res(run) -> dict:
+    return run.results("install")[0]["event_data"]["res"]
+
+
+def test_a_package_at_its_version_already_changes_nothing_and_runs_no_apt(installed, tmp_path: Path):
+    name, version = installed
+    for check in (False, True):
+        run = play(tmp_path, f"same-{check}", _install([f"{name}={version}", name]), LOCAL, check=check)
+        assert run.rc == 0, run.stdout[-2000:]
+        res = _res(run)
+        assert res["changed"] is False and res["changed_packages"] == [] and "stdout" not in res
+
+
+def test_check_mode_simulates_and_fails_on_a_version_apt_does_not_offer(installed, tmp_path: Path):
+    name, version = installed
+    missing = f"{name}=0.0.0-provisioner-test"
+    run = play(tmp_path, "missing", _install([f"{name}={version}", missing]), LOCAL, check=True)
+    assert run.rc != 0 and run.status("install") == ["failed"]
+    res = _res(run)
+    assert res["msg"].startswith("apt-get install --simulate failed") and "0.0.0-provisioner-test" in res["msg"]
+    assert res["changed_packages"] == [missing]
+    after = subprocess.run(["dpkg-query", "-W", "-f=${Version}", name], capture_output=True, text=True).stdout
+    assert after == version
+
+
+@pytest.mark.parametrize("bad", ["-o=APT::Get::Assume-Yes=1", "gzip; reboot", "gzip=1.0 $(id)", "", "Gzip"])
+def test_refuses_what_is_not_a_package_or_package_version(tmp_path: Path, bad: str):
+    run = play(tmp_path, "bad", _install(["gzip", bad]), LOCAL, check=True)
+    assert run.rc != 0 and run.status("install") == ["failed"]
+    assert "not a package or package=version" in _res(run)["msg"]
