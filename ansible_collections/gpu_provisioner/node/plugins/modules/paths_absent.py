@@ -17,7 +17,7 @@ description:
     would remove and removes nothing.
 options:
   path:
-    description: Absolute paths, none of them C(/). An empty list does nothing.
+    description: Absolute paths at least two folders deep (never C(/), C(/etc) or a path ending in C(/)). An empty list does nothing.
     type: list
     elements: path
     required: true
@@ -51,10 +51,19 @@ def main() -> None:
         supports_check_mode=True,
     )
     paths = module.params["path"]
-    # The root in any spelling ("/", "//", "/..", "/./"): normpath keeps a leading "//".
-    bad = [p for p in paths if not os.path.isabs(p) or not os.path.normpath(p).strip("/")]
+    # The root in any spelling ("/", "//", "/..", "/./": normpath keeps a leading "//"), a
+    # folder directly under it ("/etc", "/usr/"), and a path ending in "/" (what
+    # "/etc/systemd/system/{{ unit }}" becomes when the variable is empty) are refused
+    # before anything goes: no path a role removes is any of these, and each is what a
+    # mistake in a variable makes. This runs as root; an rmtree of "//" once emptied a
+    # controller's /etc.
+    def wrong(p: str) -> bool:
+        parts = [x for x in os.path.normpath(p).split("/") if x]
+        return not os.path.isabs(p) or p.endswith("/") or len(parts) < 2
+
+    bad = [p for p in paths if wrong(p)]
     if bad:
-        module.fail_json(msg=f"not an absolute path below /: {', '.join(map(repr, bad))}")
+        module.fail_json(msg=f"not an absolute path below a top-level folder (or it ends in /): {', '.join(map(repr, bad))}")
     # lexists: a dangling link is there to remove too.
     todo = list(dict.fromkeys(p for p in paths if os.path.lexists(p)))
     result = {"changed": bool(todo), "removed": todo,
