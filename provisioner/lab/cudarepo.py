@@ -95,10 +95,10 @@ if [ "$1 $2" != "cdi generate" ]; then
     echo 'stand-in nvidia-ctk: a gpu-provisioner lab stub, it only prints a stub CDI spec' >&2
     exit 1
 fi
-lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null)
+lib=$(readlink -e /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null)
 case "$lib" in
-    */libcuda.so.[0-9]*) version=${lib##*/libcuda.so.} ;;
-    *) echo 'stand-in nvidia-ctk: no libcuda.so.1, no driver installed' >&2; exit 1 ;;
+    */libcuda.so.[0-9]*.[0-9]*) version=${lib##*/libcuda.so.} ;;
+    *) echo 'stand-in nvidia-ctk (a gpu-provisioner lab stub): no libcuda.so.1, no driver installed' >&2; exit 1 ;;
 esac
 cat <<SPEC
 # A STUB CDI spec from the gpu-provisioner lab's stand-in nvidia-ctk, not NVIDIA's:

@@ -139,11 +139,11 @@ def spec_driver(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def installed_driver(links: tuple[str, ...] = LIBCUDA_LINKS) -> str | None:
+def installed_driver(links: tuple[str, ...] | None = None) -> str | None:
     """The installed driver's version, as the file libcuda.so.1 resolves to (libcuda.so.X):
     the library a spec mounts into containers, so a spec naming another version mounts a file
     that is gone. None: no driver library installed."""
-    for link in links:
+    for link in links or LIBCUDA_LINKS:
         found = re.search(r"/libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.realpath(link))
         if found and os.path.exists(link):
             return found.group(1)
