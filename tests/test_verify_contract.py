@@ -95,7 +95,38 @@ def shapes(fixtures: Path):
                                                                .read_text())["output"])), ran=True))),
         "torch-gpu-hand-made": (profiles.load("h100-train").profile, probe_shape(None, torch=dict(
             cmd(["python", "-c", "..."], json.dumps(TORCH_H100)), ran=True))),
+        **_container_shapes(xml),
     }
+
+
+def _container_shapes(xml: Path) -> dict:
+    """The engine's view as gpu_probe returns it (`containers`), from the real captures of
+    tests/data/containers (tests/test_container_verify.py judges them in detail); containerd and
+    podman by name (the profile's schema gains them on the ctr branch; model_copy does not validate)."""
+    data = REPO / "tests" / "data" / "containers"
+    docker = profile("rtx4090-dev", hardware=gpus(2, "RTX A5000", 24), driver={"branch": 590, "version": "590.44.01"},
+                     containers={"runtime": "docker", "toolkit_version": "1.17.8-1"})
+    tools = {"nvidia-ctk": "/usr/bin/nvidia-ctk", "nvidia-container-cli": "/usr/bin/nvidia-container-cli"}
+    spec = (data / "cdi-spec__nvidia-ctk-generate-test-default__999.88.77__nvidia-container-toolkit.yaml").read_text()
+
+    def shape(runtime, engine_argv, engine_file, **containers):
+        probe = probe_shape((xml / "2x-rtx-a5000__590.44.01__telegraf.xml").read_text(), module="590.44.01")
+        probe["probe"]["containers"] = {"runtime": runtime, "engine": cmd(engine_argv, (data / engine_file).read_text()),
+                                        "container_cli": cmd(["nvidia-container-cli", "info"], (
+                                            data / "nvidia-container-cli-info__4x-t4-emulated__575.57.08__docker-archive.txt"
+                                        ).read_text()), "cdi_specs": {"/etc/cdi/nvidia.yaml": spec.replace(
+                                            "example.com/device", "nvidia.com/gpu")}, "cdi_left_out": [],
+                                        "toolkit": tools, **containers}
+        as_runtime = docker.model_copy(update={"containers": docker.containers.model_copy(update={"runtime": runtime})})
+        return as_runtime, probe
+    return {"containers-docker": shape("docker", ["docker", "info"],
+                                       "docker-info__toolkit-1.17.8__docker-28.2.0__docker-archive.txt"),
+            "containers-containerd-no-toolkit": shape(
+                "containerd", ["containerd", "config", "dump"],
+                "containerd-config__set-as-default__nvidia-docker-issue-1788.toml",
+                toolkit={"nvidia-ctk": "", "nvidia-container-cli": ""}),
+            "containers-podman": shape("podman", ["podman", "info", "--format", "json"],
+                                       "podman-info-json__podman-3.0.0-dev__podman-docs.json")}
 
 
 def test_the_mig_layout_is_judged_from_the_probes_mig_reading(shapes):

@@ -40,6 +40,16 @@ MAX_HOST_BYTES = 2 * 1024 * 1024  # everything one host sends back
 # Beyond the evidence the module bounds: the state comparison, each command's argv and flags.
 REPLY_ALLOWANCE = 1024 * 1024
 INFINIBAND_SYSFS = "/sys/class/infiniband"
+# The container engines' units whose journal diagnose reads (issue 29; podman has no daemon).
+CONTAINER_UNITS = ("docker.service", "containerd.service")
+# The engine's own view, by the profile's containers.runtime; each kept to the lines that bear on
+# the GPU runtime (its configuration can hold registry credentials: the rest stays on the host).
+ENGINE_INFO = {
+    "docker": (("docker", "info"), ("runtime", "cdi", "server version", "nvidia", "error", "warning")),
+    "containerd": (("containerd", "config", "dump"), ("runtime", "nvidia", "cdi", "version")),
+    "podman": (("podman", "info"), ("version", "ociruntime", "name:", "cdi")),
+}
+TOOLKIT_CLI = "/usr/bin/nvidia-container-cli"
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ def plan(profile: Profile) -> list[Command]:
                 timeout=10),
         Command("lspci_nvidia", ("lspci", "-nn", "-d", "10de:"), "NVIDIA devices on the PCI bus", timeout=10),
     ]
+    commands += _container_commands(profile)
     infiniband = profile.hardware.infiniband
     where = "" if infiniband else INFINIBAND_SYSFS  # declared: run anyway, and say it is missing
     commands += [
@@ -117,6 +128,27 @@ def plan(profile: Profile) -> list[Command]:
         Command("ibv_devinfo", ("ibv_devinfo",), "InfiniBand devices as the verbs library sees them", timeout=30,
                 only_if_path=where),
     ]
+    return commands
+
+
+def _container_commands(profile: Profile) -> list[Command]:
+    """The engines' journal, the profile's engine's own view, and nvidia-container-cli's view with
+    its debug log. NVIDIA's bug template asks for `nvidia-container-cli -k -d /dev/tty info`: -k
+    loads the kernel modules (diagnose changes nothing) and there is no terminal here, so the
+    debug log goes to the captured stdout instead. Without a runtime in the profile it runs only
+    where the toolkit is installed."""
+    runtime = profile.containers.runtime
+    units = [a for unit in CONTAINER_UNITS for a in ("-u", unit)]
+    commands = [Command("journal_containers", ("journalctl", "-b", "--no-pager", "-q", "-o", "short-iso", *units),
+                        "the container engines' journal since boot (a runtime refused, the hook failing)", timeout=60,
+                        tail_lines=JOURNAL_LINES)]
+    if runtime in ENGINE_INFO:
+        argv, keep = ENGINE_INFO[runtime]
+        commands.append(Command("container_engine", argv, f"{runtime}'s own view of its runtimes (the lines about "
+                                                            "runtimes, CDI and versions)", timeout=30, keep=keep))
+    commands.append(Command("nvidia_container_cli", ("nvidia-container-cli", "-d", "/dev/stdout", "info"),
+                            "the NVIDIA Container Toolkit's view of the driver and GPUs, with its debug log",
+                            timeout=30, only_if_path="" if runtime != "none" else TOOLKIT_CLI))
     return commands
 
 

@@ -17,8 +17,8 @@ from provisioner.parsers import dcgm, kernel_log, nccl_tests, nvbandwidth, nvidi
 FORMS = ("nvidia-smi xml", "nvidia-smi csv", "nvidia-smi processes csv", "nvidia-smi table", "nvidia-smi -q",
          "nvidia-smi -L", "nvidia-smi --version", "nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi error",
          "nccl-tests log", "dcgmi diag", "dcgmi discovery", "dcgm-exporter scrape", "kernel log", "nvcc --version",
-         "docker info", "nvidia-container-cli info", "CDI spec", "nvidia-ctk cdi list", "nvbandwidth",
-         "accept measurements")
+         "docker info", "containerd config", "podman info", "nvidia-container-cli info", "CDI spec",
+         "nvidia-ctk cdi list", "container engine error", "nvbandwidth", "accept measurements")
 
 
 @dataclass
@@ -75,8 +75,25 @@ def detect(text: str) -> str | None:
         return "nvidia-smi topo -m"
     if re.search(r"Cuda compilation tools, release", text):
         return "nvcc --version"
+    form = _container_form(text)
+    if form:
+        return form
+    first = head.splitlines()[0] if head.splitlines() else ""
+    if "," in first and re.search(r"\bpid\b", first):
+        return "nvidia-smi processes csv"
+    if "," in first and {c.split(" [")[0].strip() for c in first.split(",")} & nvidia_smi.CSV_COLUMNS:
+        return "nvidia-smi csv"
+    return None
+
+
+def _container_form(text: str) -> str | None:
+    """The container engines' and NVIDIA Container Toolkit's forms (issue 29)."""
     if re.search(r"^\s*Runtimes: ", text, re.M) and re.search(r"^\s*(Default Runtime|Server Version):", text, re.M):
         return "docker info"
+    if re.search(r"^\s*\[plugins[.\]]", text, re.M) and "containerd" in text:
+        return "containerd config"
+    if re.search(r'^\s*"?buildahVersion"?\s*:', text, re.M) and re.search(r'^\s*"?ociRuntime"?\s*:', text, re.M):
+        return "podman info"
     if re.search(r"^NVRM version:\s+\S+\s*$", text, re.M) and re.search(r"^CUDA version:", text, re.M):
         return "nvidia-container-cli info"
     if re.search(r"^cdiVersion:", text, re.M) and re.search(r"^kind:", text, re.M):
@@ -84,11 +101,8 @@ def detect(text: str) -> str | None:
     names = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("INFO[", "WARN["))]
     if names and len(container_parsers.cdi_list(text)) == len(names):
         return "nvidia-ctk cdi list"
-    first = head.splitlines()[0] if head.splitlines() else ""
-    if "," in first and re.search(r"\bpid\b", first):
-        return "nvidia-smi processes csv"
-    if "," in first and {c.split(" [")[0].strip() for c in first.split(",")} & nvidia_smi.CSV_COLUMNS:
-        return "nvidia-smi csv"
+    if container_parsers.known_failures(text):
+        return "container engine error"
     return None
 
 
@@ -150,8 +164,16 @@ def _judge(profile: Profile, form: str, text: str) -> list[Check]:
 
 def _judge_containers(profile: Profile, form: str, text: str) -> list[Check]:
     gpus = profile.hardware.gpu.count
+    default = profile.containers.default_runtime
     if form == "docker info":
-        return containers.docker_runtime(container_parsers.docker_info(text))
+        return containers.docker_runtime(container_parsers.docker_info(text), default)
+    if form == "containerd config":
+        return containers.containerd_runtime(container_parsers.containerd_config(text), default)
+    if form == "podman info":
+        return containers.podman_cdi(container_parsers.podman_info(text))
+    if form == "container engine error":
+        return [failed("container engine error", "{}; fix: {} ({})".format(*containers.failure_text(f), f.line))
+                for f in container_parsers.known_failures(text)]
     if form == "nvidia-container-cli info":
         return containers.container_cli(container_parsers.nvidia_container_cli_info(text), profile.driver.version, gpus)
     if form == "CDI spec":

@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 from shlex import quote
 
+from provisioner.judge import containers as containers_judge
 from provisioner.judge import verify
 from provisioner.profiles.models import Profile
 from provisioner.parsers import dmon as dmon_mod
 from provisioner.parsers import ibstat as ibstat_mod
+from provisioner.parsers import containers as containers_read
 from provisioner.parsers import kernel_log, nvidia_smi
 from provisioner.verdicts.diagnosis import SEVERITIES, Finding, HostDiagnosis
 
@@ -55,6 +57,8 @@ def _packages(text: str) -> dict[str, tuple[str, str]]:
 
 # Exit codes that still mean "read": dpkg-query exits 1 when one of its patterns matches no package.
 OK_RCS = {"packages": (0, 1)}
+# Commands whose failure is itself the evidence a finding reads (no "could not collect" line).
+READ_WHEN_FAILED = {"nvidia_container_cli", "container_engine"}
 
 
 def _why_missing(name: str, cmd: dict, *, container: bool) -> str | None:
@@ -108,12 +112,15 @@ def diagnose(profile: Profile, name: str, status: str, state: dict, collected: d
     host.findings += _kernel_log_findings(profile, _out(collected, "kernel_log"))
     host.findings += _infiniband_findings(profile, _out(collected, "ibstat"))
     host.findings += _dmon_findings(_out(collected, "nvidia_smi_dmon"))
+    host.findings += _container_findings(profile, collected)
     failed_units = _lines(_out(collected, "failed_units").get("stdout", ""))
     if failed_units:
         host.findings.append(Finding("warning", f"{len(failed_units)} failed systemd unit(s)", tuple(failed_units),
                                      "journalctl -u <unit> -b says why; systemctl reset-failed once fixed"))
 
     for cmd_name, cmd in (collected.get("commands") or {}).items():
+        if cmd_name in READ_WHEN_FAILED and containers_read.known_failures(f"{cmd.get('stdout', '')}\n{cmd.get('stderr', '')}"):
+            continue
         why = _why_missing(cmd_name, cmd, container=container)
         if why:
             host.not_collected.append(why)
@@ -292,3 +299,48 @@ def _dmon_findings(cmd: dict) -> list[Finding]:
         evidence.append(f"GPU {gpu}: " + ", ".join(parts))
     return [Finding("info", f"dmon: {len(sample.samples)} samples of {len(sample.gpus)} GPU(s)", tuple(evidence),
                     "nvidia-smi dmon -s pcu on the host to watch it live")]
+
+
+def _container_findings(profile: Profile, collected: dict) -> list[Finding]:
+    """Known failure lines of the engines and the toolkit (a fault when a command printed it now,
+    a warning when only the journal since boot holds it), the engine's registration of the nvidia
+    runtime, and what nvidia-container-cli sees."""
+    findings = []
+    said = set()
+    for name, severity in (("container_engine", "fault"), ("nvidia_container_cli", "fault"),
+                           ("journal_containers", "warning")):
+        cmd = _out(collected, name)
+        for failure in containers_read.known_failures(f"{cmd.get('stdout', '')}\n{cmd.get('stderr', '')}"):
+            if failure.key in said:
+                continue
+            said.add(failure.key)
+            cause, fix = containers_judge.failure_text(failure)
+            where = "" if severity == "fault" else " (in the journal since boot)"
+            findings.append(Finding(severity, cause + where, (failure.line,), fix))
+    engine = _out(collected, "container_engine")
+    runtime = profile.containers.runtime
+    if _ok(engine) and runtime == "docker" and "unknown-runtime" not in said:
+        text = str(engine.get("stdout", ""))
+        for check in containers_judge.docker_runtime(containers_read.docker_info(text), profile.containers.default_runtime):
+            if check.status == "fail":
+                findings.append(Finding("fault", f"{check.name}: {check.detail.split(':')[0]}",
+                                        tuple(_lines(text, r"(?i)runtime", 4)),
+                                        "provision up --limit <host> registers it again (daemon.json), then docker "
+                                        "restarts; docker info | grep -i runtime shows it"))
+    elif _ok(engine) and runtime == "containerd":
+        text = str(engine.get("stdout", ""))
+        tables = containers_read.containerd_runtime_tables(text)
+        if containers_judge.RUNTIME not in tables:
+            findings.append(Finding("fault", "containerd's configuration registers no nvidia runtime",
+                                    (f"runtimes: {', '.join(tables) or 'none'}",),
+                                    "provision up --limit <host> registers it again (config.toml), then containerd "
+                                    "restarts; containerd config dump shows it"))
+    cli = _out(collected, "nvidia_container_cli")
+    if _ok(cli):
+        info = containers_read.nvidia_container_cli_info(str(cli.get("stdout", "")))
+        findings.append(Finding("info", f"nvidia-container-cli sees driver {info.driver or 'none'} and "
+                                        f"{len(info.devices)} GPU(s)",
+                                tuple(f"GPU {d.index}: {d.model or '?'} {d.uuid or '?'} {d.bus or '?'}"
+                                      for d in info.devices[:8]),
+                                "compare with nvidia-smi -L: both must name the same GPUs and driver"))
+    return findings

@@ -21,6 +21,7 @@ from provisioner.parsers import nccl_tests
 from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
 from provisioner.parsers import ibstat as ibstat_mod
+from provisioner.judge import containers as containers_judge
 from provisioner.judge import mig as mig_judge
 from provisioner.judge import network
 from provisioner.verdicts.checks import Check, failed, not_in_capture, passed, skipped
@@ -697,6 +698,10 @@ def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
     torch = commands.get("torch")
     if probed_env(profile) is not None:
         checks += _guard("torch", judge_torch, profile, torch if torch else {"ran": False, "stderr": "not probed"})
+    if profile.containers.runtime != "none":
+        checks += _guard("container runtime", containers_judge.judge_host, profile.containers.runtime,
+                         profile.containers.default_runtime, probe.get("containers"),
+                         report.driver if report else None, len(report.gpus) if report and report.gpus else None)
     return checks
 
 

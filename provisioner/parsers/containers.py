@@ -9,6 +9,12 @@
   driver version it was generated for (the `--host-driver-version=` hook argument, else the
   version suffix of the libcuda.so it mounts).
 - `nvidia-ctk cdi list`: the fully qualified device names.
+- `containerd config dump` (TOML): the runtimes the CRI plugin registered and its default, for
+  config version 1 (plugin `cri`), 2 (`io.containerd.grpc.v1.cri`) and 3 (containerd 2.x,
+  `io.containerd.cri.v1.runtime`), and whether CDI is on.
+- `podman info` (JSON with `--format json`, YAML without): Podman's version and OCI runtime.
+  Podman registers no nvidia runtime: it reads CDI specs itself (from 4.1.0).
+- known failure lines of the engines and the toolkit (`known_failures`), for diagnose.
 
 Pure functions of text; what a host sends is untrusted, so a malformed input reads as
 missing fields (None / []), never as an exception.
@@ -20,6 +26,14 @@ import re
 from dataclasses import dataclass, field
 
 import yaml
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: tomli where installed, else containerd's dump reads as unreadable
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None
 
 _LOG_LINE = re.compile(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+ \S+:\d+\] ")
 _VERSION = re.compile(r"^\d+(\.\d+)+$")
@@ -151,3 +165,104 @@ def cdi_spec(text: str) -> CdiSpec:
 def cdi_list(text: str) -> list[str]:
     """The device names `nvidia-ctk cdi list` prints (its INFO line left out)."""
     return [line.strip() for line in text.splitlines() if _CDI_NAME.match(line.strip())]
+
+
+@dataclass(frozen=True)
+class ContainerdConfig:
+    readable: bool                  # False: not TOML (or no TOML reader on this Python)
+    version: int | None
+    plugin: str | None              # the CRI plugin's table the runtimes were read from
+    runtimes: list[str]
+    default_runtime: str | None
+    cdi_enabled: bool | None
+
+
+# The CRI plugin's table per config version (containerd's docs/cri/config.md; 3: containerd 2.x).
+CRI_PLUGINS = ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri", "cri")
+
+
+def containerd_config(text: str) -> ContainerdConfig:
+    try:
+        config = tomllib.loads(text) if tomllib is not None else None
+    except (tomllib.TOMLDecodeError, UnicodeError):
+        config = None
+    if not isinstance(config, dict):
+        return ContainerdConfig(False, None, None, [], None, None)
+    version = config.get("version") if isinstance(config.get("version"), int) else None
+    plugins = config.get("plugins") if isinstance(config.get("plugins"), dict) else {}
+    for name in CRI_PLUGINS:
+        cri = plugins.get(name)
+        if not isinstance(cri, dict):
+            continue
+        engine = cri.get("containerd") if isinstance(cri.get("containerd"), dict) else {}
+        runtimes = engine.get("runtimes") if isinstance(engine.get("runtimes"), dict) else {}
+        if not runtimes and name == "io.containerd.cri.v1.runtime":
+            continue
+        default = engine.get("default_runtime_name")
+        cdi = cri.get("enable_cdi")
+        return ContainerdConfig(True, version, name, [str(r) for r in runtimes],
+                                default if isinstance(default, str) and default else None,
+                                cdi if isinstance(cdi, bool) else None)
+    return ContainerdConfig(True, version, None, [], None, None)
+
+
+_RUNTIME_TABLE = re.compile(r"""^\s*\[plugins\.\S*\.containerd\.runtimes\.(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\]\s*$""")
+
+
+def containerd_runtime_tables(text: str) -> list[str]:
+    """The runtime tables' names in containerd's config, line by line: what diagnose reads from a
+    dump kept to its runtime lines (no longer whole TOML)."""
+    found = (_RUNTIME_TABLE.match(line) for line in text.splitlines())
+    return list(dict.fromkeys(next(g for g in m.groups() if g) for m in found if m))
+
+
+@dataclass(frozen=True)
+class PodmanInfo:
+    version: str | None
+    oci_runtime: str | None
+
+
+def podman_info(text: str) -> PodmanInfo:
+    try:
+        info = yaml.safe_load(text)   # JSON (--format json) is YAML too
+    except yaml.YAMLError:
+        info = None
+    if not isinstance(info, dict):
+        return PodmanInfo(None, None)
+    version = (info.get("version") or {}).get("Version") if isinstance(info.get("version"), dict) else None
+    host = info.get("host") if isinstance(info.get("host"), dict) else {}
+    oci = (host.get("ociRuntime") or {}).get("name") if isinstance(host.get("ociRuntime"), dict) else None
+    return PodmanInfo(str(version) if isinstance(version, (str, int, float)) else None,
+                      oci if isinstance(oci, str) else None)
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    key: str
+    line: str                       # the line it was found on, as the host printed it
+
+
+# Failures the engines and the toolkit print, each from a public report (tests/data/containers/SOURCES.md):
+# key -> a pattern of the line. The causes and fixes are the judge's (judge/containers.py FAILURES).
+FAILURE_PATTERNS = {
+    # NVIDIA/nvidia-container-toolkit#653, #150: dockerd has no nvidia runtime (daemon.json lost it)
+    "unknown-runtime": re.compile(r"unknown or invalid runtime name: nvidia|Unknown runtime specified nvidia"),
+    # hiyouga/LlamaFactory#5268, NVIDIA/nvidia-docker#1034: --gpus with no NVIDIA device driver in dockerd
+    "no-gpu-device-driver": re.compile(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]'),
+    # NVIDIA/libnvidia-container#231, NVIDIA/nvidia-container-toolkit#154: the driver's libraries are missing
+    "load-library-failed": re.compile(r"nvidia-container-cli: initialization error: load library failed"),
+    # NVIDIA/nvidia-docker#1718
+    "nvml-permissions": re.compile(r"nvidia-container-cli: initialization error: nvml error: insufficient permissions"),
+    # NVIDIA/nvidia-docker#1756
+    "ldcache-denied": re.compile(r"nvidia-container-cli: detection error: path error: \S*ld\.so\.cache: permission denied"),
+}
+
+
+def known_failures(text: str) -> list[KnownFailure]:
+    """Each known failure once, on the last line that shows it."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        for key, pattern in FAILURE_PATTERNS.items():
+            if pattern.search(line):
+                found[key] = line.strip()
+    return [KnownFailure(k, v) for k, v in found.items()]

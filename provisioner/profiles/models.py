@@ -10,7 +10,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from provisioner.profiles import mig
 from provisioner.profiles.field_types import (COLLECTOR, ENV_NAME, USER_NAME, CondaChannel, CondaSpec, ControllerPath, OwnedDir,
@@ -310,8 +310,9 @@ class Exporter(Strict):
         min_length=1,
         description="the DCGM fields the exporter serves",
     )
-    run_as: Literal["systemd", "container"] = Field(
-        "systemd", description="systemd: our hardened unit (the role does not support container yet)")
+    run_as: Literal["systemd"] = Field(
+        "systemd", description="systemd: our hardened unit, the one way this product runs dcgm-exporter (container "
+                               "is refused: no image by digest, engine run or drift check for it is built)")
     version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(-\d+)?$")] | None = Field(
         None, description="the packaged exporter's version (datacenter-gpu-manager-exporter); defaults to the "
                           "newest in the catalogue")
@@ -319,6 +320,16 @@ class Exporter(Strict):
         None, description="a dcgm-exporter binary (URL, or path in the files root on the controller) instead of "
                           "NVIDIA's package (the fallback where the repository has none)")
     binary_sha256: Sha256 | None = Field(None, description="sha256 of binary (required with binary)")
+
+
+    @field_validator("run_as", mode="before")
+    @classmethod
+    def _not_in_a_container(cls, value):
+        if value == "container":
+            raise ValueError("container is not supported: this product runs dcgm-exporter only as its own hardened "
+                             "systemd unit (running it in a container, from an image named by digest, is not built); "
+                             "set dcgm.exporter.run_as: systemd, or leave it out")
+        return value
 
 
 def _exporter_binary_checked(ex: Exporter) -> Exporter:

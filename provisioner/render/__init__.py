@@ -74,7 +74,8 @@ PROFILE_FIELD: dict[str, str] = {
     **{f"scratch_{name}": f"storage.scratch.{name}" for name in (
         "enabled", "devices", "all_unused_nvme", "layout", "filesystem", "mount_point", "mount_options",
         "device_timeout_s", "owner", "mode", "wipe")},
-    "containers_runtime": "containers.runtime", "containers_default_runtime": "containers.default_runtime",
+    "containers_runtime": "containers.runtime", "gpu_verify_containers_runtime": "containers.runtime",
+    "containers_default_runtime": "containers.default_runtime",
     "containers_toolkit_version": "containers.toolkit_version", "containers_toolkit_pins": "containers.toolkit_version",
     "containers_toolkit_base_url": "mirrors.container_toolkit_url",
     "containers_toolkit_key_fingerprint": "mirrors.container_toolkit_key_fingerprint",
@@ -243,7 +244,7 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         **({f"scratch_{name}": value for name, value in p.storage.scratch.model_dump().items()}
            if p.storage.scratch.enabled else {}),
         # Only when on, as scratch: the role's defaults keep it off, and a profile without it renders as before.
-        **({"containers_runtime": p.containers.runtime,
+        **({"containers_runtime": p.containers.runtime, "gpu_verify_containers_runtime": p.containers.runtime,
             "containers_default_runtime": p.containers.default_runtime,
             "containers_toolkit_version": p.containers.toolkit_version or "",
             "containers_toolkit_pins": pins.get("container_toolkit", {})}

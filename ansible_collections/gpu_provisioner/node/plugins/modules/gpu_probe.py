@@ -81,6 +81,14 @@ options:
     type: str
     default: ""
     description: The profile's sha256 (with this host's overrides) the host should have recorded (with preflight).
+  containers_runtime:
+    type: str
+    default: ""
+    description: >-
+      The profile's container engine (docker, containerd, podman; "" reads none). Its own view
+      (docker info, containerd config dump, podman info --format json), nvidia-container-cli
+      info, the CDI specs under /etc/cdi and /var/run/cdi and where the toolkit's tools are are
+      returned as C(containers).
   packages:
     type: list
     elements: str
@@ -115,7 +123,8 @@ gpu_probe:
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
     present, sysfs port values, ibstat), kernels (module_utils/kernels.py), scratch
-    (module_utils/scratch.py observe), seconds; with
+    (module_utils/scratch.py observe), containers (with containers_runtime: runtime, engine,
+    container_cli, cdi_specs, cdi_left_out, toolkit), seconds; with
     preflight, also in_recorded_state.
   type: dict
 provisioner_preflight:
@@ -253,6 +262,49 @@ def container():
         return ""
 
 
+# The engine's own view of its runtimes, by the profile's runtime name (fixed argv, no profile word).
+ENGINE_INFO = {"docker": ["docker", "info"], "containerd": ["containerd", "config", "dump"],
+               "podman": ["podman", "info", "--format", "json"]}
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # the CDI specification's default spec directories
+CDI_MAX_FILES, CDI_MAX_BYTES = 16, 1_000_000
+
+
+def cdi_specs():
+    """The spec files under CDI_DIRS (regular files, not links), each cut to CDI_MAX_BYTES; what is
+    left out is named."""
+    specs, left_out = {}, []
+    for folder in CDI_DIRS:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if not name.endswith((".yaml", ".yml", ".json")) or os.path.islink(path) or not os.path.isfile(path):
+                continue
+            if len(specs) >= CDI_MAX_FILES:
+                left_out.append(path)
+                continue
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    specs[path] = f.read(CDI_MAX_BYTES)
+            except OSError as exc:
+                left_out.append(f"{path}: {exc}")
+    return specs, left_out
+
+
+def containers(runtime, timeout, limit, env):
+    """The engine's own view, nvidia-container-cli info, the CDI specs and where the toolkit's tools
+    are ("" where absent): what judge/containers.py judge_host reads."""
+    specs, left_out = cdi_specs()
+    argv = ENGINE_INFO.get(runtime)
+    return {"runtime": runtime,
+            "engine": run(argv, timeout, limit, env) if argv else {},
+            "container_cli": run(["nvidia-container-cli", "info"], timeout, limit, env),
+            "cdi_specs": specs, "cdi_left_out": left_out,
+            "toolkit": {tool: shutil.which(tool, path=env["PATH"]) or "" for tool in ("nvidia-ctk", "nvidia-container-cli")}}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -271,6 +323,7 @@ def main():
             "expect_profile": {"type": "str", "default": ""},
             "expect_sha256": {"type": "str", "default": ""},
             "packages": {"type": "list", "elements": "str", "default": []},
+            "containers_runtime": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -327,6 +380,8 @@ def main():
                                               lgi["stdout"] + lgi.get("stderr", ""))
     if p["infiniband"]:
         result["infiniband"] = infiniband(timeout, limit, env)
+    if p["containers_runtime"] not in ("", "none"):
+        result["containers"] = containers(p["containers_runtime"], timeout, limit, env)
     extra = {}
     if p["preflight"]:
         # The same reading provisioner_state's compare gives preflight and check.
