@@ -88,3 +88,77 @@ def test_a_runtimes_item_from_the_record_names_only_an_engines_own_folder():
     assert state.runtime_item("docker:/etc/docker/daemon.json") == ("docker", "/etc/docker/daemon.json")
     for bad in ("docker:/etc/shadow", "docker:/etc/docker/../shadow", "rkt:/etc/rkt/x", "nonsense"):
         assert state.runtime_item(bad) is None
+
+
+SPEC_999 = Path(__file__).parent / "data" / "containers" / \
+    "cdi-spec__nvidia-ctk-generate-test-default__999.88.77__nvidia-container-toolkit.yaml"
+
+
+def test_containerd_and_podman_validate_where_their_host_side_can_work(tmp_path: Path):
+    for runtime in ("containerd", "podman"):
+        path = tmp_path / f"{runtime}.yml"
+        path.write_text(f"extends: debian12-lab\nname: p\ndescription: d\n"
+                        f"containers: {{runtime: {runtime}, toolkit_version: '1.17.8-1'}}\n")
+        assert profiles.load(str(path)).profile.containers.runtime == runtime
+    # Ubuntu 22.04's Python 3.10 has no tomllib to merge config.toml with: refused, with the fix.
+    path = tmp_path / "jammy.yml"
+    path.write_text("extends: h100-train\nname: p\ndescription: d\n"
+                    "containers: {runtime: containerd, toolkit_version: '1.17.8-1'}\n")
+    with pytest.raises(ProvisionError, match="not supported on ubuntu-22.04") as exc:
+        profiles.load(str(path))
+    assert "ubuntu-24.04 or debian-12" in exc.value.fix
+
+
+def test_the_spec_names_its_driver_by_nvidia_ctks_hook_or_its_libcuda():
+    # NVIDIA's own expected spec (a public test expectation): the hook's --host-driver-version.
+    assert state.spec_driver(SPEC_999.read_text()) == "999.88.77"
+    # Without the hook (older nvidia-ctk, the lab's stub): the mounted libcuda.so.<version>.
+    without_hook = "\n".join(ln for ln in SPEC_999.read_text().splitlines() if "host-driver-version" not in ln)
+    assert state.spec_driver(without_hook) == "999.88.77"
+    assert state.spec_driver("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n") is None
+
+
+def test_the_installed_driver_is_the_version_libcuda_so_1_resolves_to(tmp_path: Path):
+    lib = tmp_path / "nvidia" / "current" / "libcuda.so.535.309.01"   # Debian 12's layout (a lab host's)
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    link = tmp_path / "libcuda.so.1"
+    link.symlink_to(lib)
+    assert state.installed_driver((str(tmp_path / "absent.so.1"), str(link))) == "535.309.01"
+    lib.unlink()  # a dangling link: the driver is gone
+    assert state.installed_driver((str(link),)) is None
+
+
+def test_a_cdi_spec_for_another_driver_is_drift_named_with_both_versions(tmp_path: Path, monkeypatch):
+    spec = tmp_path / "nvidia.yaml"
+    lib = tmp_path / "libcuda.so.999.88.77"
+    lib.write_bytes(b"")
+    (tmp_path / "libcuda.so.1").symlink_to(lib)
+    monkeypatch.setattr(state, "LIBCUDA_LINKS", (str(tmp_path / "libcuda.so.1"),))
+    monkeypatch.setattr(state, "cdi_item", lambda i: str(spec) if i == f"cdi:{spec}" else None)
+    item = f"cdi:{spec}"
+    spec.write_text(SPEC_999.read_text())
+    recorded = state.read_state({"runtimes": [item]})
+    assert recorded["runtimes"] == {item: {"spec": "999.88.77", "driver": "999.88.77"}}
+    assert state.differences(recorded, recorded) == []
+    # The driver rolled (libcuda.so.1 now resolves to another version); the spec did not follow.
+    new = tmp_path / "libcuda.so.1000.1.2"
+    new.write_bytes(b"")
+    (tmp_path / "libcuda.so.1").unlink()
+    (tmp_path / "libcuda.so.1").symlink_to(new)
+    (diff,) = state.differences(recorded, state.read_state({"runtimes": [item]}))
+    assert diff["kind"] == "runtimes"
+    assert diff["item"] == f"{spec} is for driver 999.88.77, the installed driver is 1000.1.2"
+    # No spec (a GPU-less host) or no driver library: nothing to compare, no drift.
+    spec.unlink()
+    assert state.differences(recorded, state.read_state({"runtimes": [item]})) == []
+
+
+def test_a_cdi_item_names_only_the_folders_engines_read_specs_from_and_is_not_retired_as_a_registration():
+    assert state.cdi_item("cdi:/etc/cdi/nvidia.yaml") == "/etc/cdi/nvidia.yaml"
+    for bad in ("cdi:/etc/shadow", "cdi:/etc/cdi/../shadow", "docker:/etc/cdi/nvidia.yaml", "cdi"):
+        assert state.cdi_item(bad) is None
+    old = {"state": {"runtimes": {"cdi:/etc/cdi/nvidia.yaml": {"spec": "1", "driver": "1"},
+                                  "containerd:/etc/containerd/config.toml": True}}}
+    gone = state.leftovers(old, {})
+    assert gone["runtimes"] == ["containerd:/etc/containerd/config.toml"]   # the spec goes as a file

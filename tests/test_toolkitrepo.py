@@ -63,8 +63,16 @@ def test_layout_release_and_stubs_are_nvidias_names(repo, man, tmp_path):
     out = tmp_path / "x"
     subprocess.run(["dpkg-deb", "-x", str(repo.dir / "nvidia-container-toolkit-base_1.18.1-1_amd64.deb"), str(out)], check=True)
     assert sorted(p.name for p in (out / "usr" / "bin").iterdir()) == ["nvidia-container-runtime", "nvidia-ctk"]
-    ctk = subprocess.run([str(out / "usr" / "bin" / "nvidia-ctk"), "cdi", "generate"], capture_output=True, text=True)
-    assert ctk.returncode == 1 and "stub" in ctk.stderr
+    ctk = out / "usr" / "bin" / "nvidia-ctk"
+    configure = subprocess.run([str(ctk), "runtime", "configure"], capture_output=True, text=True)
+    assert configure.returncode == 1 and "stub" in configure.stderr
+    # cdi generate: a spec that says it is a stub, for the driver library this machine has, or
+    # (no libcuda.so.1, as on most controllers) a failure as NVIDIA's own without a driver.
+    generate = subprocess.run([str(ctk), "cdi", "generate"], capture_output=True, text=True)
+    if Path("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists():
+        assert generate.returncode == 0 and "A STUB CDI spec" in generate.stdout
+    else:
+        assert generate.returncode == 1 and "stub" in generate.stderr and not generate.stdout
 
 
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="apt is needed")

@@ -84,6 +84,43 @@ def _postinst(release: str) -> str:
             f"  update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-{release} {release.replace('.', '')}\nfi\n")
 
 
+# nvidia-ctk's stand-in: `cdi generate` prints a STUB spec (it says so) for the installed
+# driver's library, the one NVIDIA thing a GPU-less lab host has (Debian's libcuda1), so the
+# lab can show an engine resolving CDI devices and a spec for another driver found and
+# rewritten. It names no device node: there is no GPU. Without libcuda.so.1 it fails, as
+# NVIDIA's does without a driver; any other command exits 1 as the other stubs do.
+_NVIDIA_CTK = r"""#!/bin/sh
+# gpu-provisioner test stand-in for NVIDIA's nvidia-ctk: no NVIDIA software is installed.
+if [ "$1 $2" != "cdi generate" ]; then
+    echo 'stand-in nvidia-ctk: a gpu-provisioner lab stub, it only prints a stub CDI spec' >&2
+    exit 1
+fi
+lib=$(readlink -e /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null)
+case "$lib" in
+    */libcuda.so.[0-9]*.[0-9]*) version=${lib##*/libcuda.so.} ;;
+    *) echo 'stand-in nvidia-ctk (a gpu-provisioner lab stub): no libcuda.so.1, no driver installed' >&2; exit 1 ;;
+esac
+cat <<SPEC
+# A STUB CDI spec from the gpu-provisioner lab's stand-in nvidia-ctk, not NVIDIA's:
+# no GPU and no device node, only the installed driver's library ($version).
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: all
+  containerEdits:
+    env:
+    - NVIDIA_VISIBLE_DEVICES=void
+containerEdits:
+  env:
+  - NVIDIA_CTK_LAB_STUB=1
+  mounts:
+  - hostPath: $lib
+    containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.$version
+    options: [ro, nosuid, nodev, bind]
+SPEC
+"""
+
+
 def _nvcc(years: str, *lines: str) -> str:
     """An nvcc that prints `nvcc --version`'s text and compiles nothing."""
     text = ["nvcc: NVIDIA (R) Cuda compiler driver", f"Copyright (c) {years} NVIDIA Corporation", *lines]
@@ -145,11 +182,12 @@ PAYLOADS: dict[str, tuple[int, str]] = {
     # The NVIDIA Container Toolkit's programs (the stand-in of NVIDIA's libnvidia-container
     # repository, lab/toolkitrepo.py), in the packages NVIDIA/nvidia-container-toolkit's
     # packaging/debian/*.install puts them in: stubs that say so and exit 1. They configure
-    # no engine, generate no CDI spec and start no container.
+    # no engine and start no container; nvidia-ctk prints a stub CDI spec (_NVIDIA_CTK).
     **{f"/usr/bin/{tool}": (0o755, (
         f"#!/bin/sh\n# gpu-provisioner test stand-in for NVIDIA's {tool}: no NVIDIA software is installed.\n"
         f"echo 'stand-in {tool}: a gpu-provisioner lab stub, it does nothing' >&2\nexit 1\n"))
-       for tool in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli")},
+       for tool in ("nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli")},
+    "/usr/bin/nvidia-ctk": (0o755, _NVIDIA_CTK),
     # 12.8 Update 1's (cuda-nvcc-12-8 12.8.93-1), as public `nvcc --version` logs print it
     # (public-code index ids 66318288920, 28166917175).
     "/usr/local/cuda-12.8/bin/nvcc": (0o755, _nvcc("2005-2025", "Built on Fri_Feb_21_20:23:50_PST_2025",

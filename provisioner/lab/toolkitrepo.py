@@ -8,11 +8,13 @@ header says where). The layout is NVIDIA's: ``<root>/stable/deb/amd64/`` with Pa
 Release, InRelease, so a host's deb line is ``deb [signed-by=...] <url>/stable/deb/amd64 /``
 (NVIDIA's own line names ``$(ARCH)``, which apt expands).
 
-What it cannot prove: anything about NVIDIA's programs. Its nvidia-ctk,
-nvidia-container-runtime, nvidia-container-runtime-hook and nvidia-container-cli are stubs
-that say so and exit 1 (cudarepo.PAYLOADS): they configure no engine, generate no CDI spec
-and start no container. An engine can list the registered runtime (`docker info`) but not
-run a container with it.
+What it cannot prove: anything about NVIDIA's programs. Its nvidia-container-runtime,
+nvidia-container-runtime-hook and nvidia-container-cli are stubs that say so and exit 1
+(cudarepo.PAYLOADS): they configure no engine and start no container. Its nvidia-ctk does one
+thing: `cdi generate` prints a STUB spec (it says so) naming only the installed driver's
+libcuda and no device node, so an engine can resolve CDI devices from it (Podman's `init`
+injects its edits) and a spec for another driver can be found and rewritten. An engine can
+list the registered runtime (`docker info`) but not run a container with it.
 
 The CUDA stand-in's server serves it too: build it under the same root (each flavour keeps
 its own cache stamp there).

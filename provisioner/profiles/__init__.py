@@ -205,9 +205,10 @@ def load(ref: str) -> Loaded:
     try:
         packages.check_key_fingerprint(profile)
         toolkit.check_key_fingerprint(profile)
+        toolkit.check_engine(profile)
         advisory = packages.snapshot_advisory(profile)
     except ProvisionError as exc:
-        where = _where(files, tuple(exc.where.split("."))) if exc.where and exc.where.startswith("mirrors.") else None
+        where = _where(files, tuple(exc.where.split("."))) if exc.where and exc.where.startswith(("mirrors.", "containers.")) else None
         raise ProvisionError(exc.message, where=where or f"{files[0]}: {exc.where}", fix=exc.fix) from None
     return Loaded(profile, files, tuple(p for p in found if p.severity == "warning"), advisory)
 

@@ -401,11 +401,14 @@ class Mirrors(Strict):
 class Containers(Strict):
     """A container engine with NVIDIA's Container Toolkit (docs/containers.md)."""
 
-    runtime: Literal["none", "docker"] = Field(
-        "none", description="docker: Docker (docker.io) from the distribution's archive with the nvidia runtime "
-                            "registered in /etc/docker/daemon.json; none: no engine is set up, and what an earlier "
-                            "converge registered and installed is taken out again")
-    default_runtime: bool = Field(False, description="make nvidia Docker's default runtime (default-runtime)")
+    runtime: Literal["none", "docker", "containerd", "podman"] = Field(
+        "none", description="the engine, from the distribution's archive: docker (docker.io, the nvidia runtime "
+                            "registered in /etc/docker/daemon.json), containerd (registered in "
+                            "/etc/containerd/config.toml, config version 2 or 3; not on ubuntu-22.04), podman "
+                            "(no registration: it reads the CDI spec); none: no engine is set up, and what an "
+                            "earlier converge registered and installed is taken out again")
+    default_runtime: bool = Field(False, description="make nvidia Docker's default runtime (default-runtime); "
+                                                     "docker only (containerd selects it by RuntimeClass)")
     toolkit_version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+-\d+$")] | None = Field(
         None, description="the NVIDIA Container Toolkit's exact package version (1.17.8-1), needed with a runtime; "
                           "resolved in the toolkit repository's signed index before any host is touched")
@@ -415,6 +418,10 @@ class Containers(Strict):
         if self.runtime != "none" and self.toolkit_version is None:
             raise ValueError(f"containers.runtime {self.runtime} needs containers.toolkit_version: the NVIDIA Container "
                              "Toolkit's exact package version, e.g. 1.17.8-1")
+        if self.default_runtime and self.runtime != "docker":
+            raise ValueError(f"containers.default_runtime is for docker only, not {self.runtime}: containerd selects "
+                             "the nvidia runtime per pod by a RuntimeClass (handler nvidia), podman by CDI device "
+                             "(--device nvidia.com/gpu=all); leave default_runtime out")
         return self
 
 

@@ -86,6 +86,18 @@ def check_key_fingerprint(p: Profile) -> None:
                                  "whose key it is")
 
 
+def check_engine(p: Profile) -> None:
+    """Refuse containerd on Ubuntu 22.04: the role reads and merges containerd's config.toml on
+    the host with Python's tomllib (3.11+); 22.04's Python is 3.10, and the distribution package
+    of tomli that would stand in for it is not confirmed by any listing this product cites, so
+    nothing is installed for it and the profile is refused before any host is touched."""
+    if p.containers.runtime == "containerd" and p.os == "ubuntu-22.04":
+        raise ProvisionError("containers.runtime containerd is not supported on ubuntu-22.04: the role merges "
+                             "/etc/containerd/config.toml with Python's tomllib (3.11+), and Ubuntu 22.04's "
+                             "Python is 3.10", where="containers.runtime",
+                             fix="use os ubuntu-24.04 or debian-12 for containerd, or runtime docker or podman on 22.04")
+
+
 def snapshot_pins(p: Profile) -> dict[str, str]:
     """Offline: the version must be one the data file cites."""
     version = p.containers.toolkit_version

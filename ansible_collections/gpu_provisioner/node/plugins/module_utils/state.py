@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -22,7 +23,8 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils.pip_freeze im
 
 KINDS = ("held_packages", "packages", "files", "units", "python_envs", "runtimes")
 # A runtimes item is "<engine>:<config file>": the nvidia runtime registered there (a file the
-# user owns too, so its state is the registration, not the file's sha256).
+# user owns too, so its state is the registration, not the file's sha256); or "cdi:<spec>": the
+# driver version the CDI spec was generated for, and the installed driver's.
 ENGINE_UNITS = {"docker": "docker.service", "containerd": "containerd.service"}
 RECORD = "/etc/ansible/facts.d/provisioner.fact"
 
@@ -114,9 +116,56 @@ def _runtime_state(engine: str, text: str | None) -> bool | None:
         return False
 
 
-def _runtimes(items: list[str]) -> dict[str, bool | None]:
-    found: dict[str, bool | None] = {}
+# What nvidia-ctk writes into a spec for driver X: its enable-cuda-compat hook's argument, and
+# the mounted libcuda.so.X (tests/data/containers' spec; parsers/containers.py reads the same two).
+_HOST_DRIVER = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)\b")
+_LIBCUDA = re.compile(r"/libcuda\.so\.(\d+\.\d+(?:\.\d+)?)\s*$", re.MULTILINE)
+# Where the driver's libcuda.so.1 is: the dynamic linker's multiarch folders (Ubuntu, Debian).
+LIBCUDA_LINKS = ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1")
+
+
+def cdi_item(item: str) -> str | None:
+    """The spec's path of a "cdi:" runtimes item (under /etc/cdi or /var/run/cdi, where the
+    engines read specs); None for anything else."""
+    kind, _, path = item.partition(":")
+    if kind != "cdi" or not path.startswith(("/etc/cdi/", "/var/run/cdi/")) or ".." in path:
+        return None
+    return path
+
+
+def spec_driver(text: str) -> str | None:
+    """The driver version a CDI spec was generated for (None: it names none)."""
+    found = _HOST_DRIVER.search(text) or _LIBCUDA.search(text)
+    return found.group(1) if found else None
+
+
+def installed_driver(links: tuple[str, ...] | None = None) -> str | None:
+    """The installed driver's version, as the file libcuda.so.1 resolves to (libcuda.so.X):
+    the library a spec mounts into containers, so a spec naming another version mounts a file
+    that is gone. None: no driver library installed."""
+    for link in links or LIBCUDA_LINKS:
+        found = re.search(r"/libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.realpath(link))
+        if found and os.path.exists(link):
+            return found.group(1)
+    return None
+
+
+def _cdi_state(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(4 * 1024 * 1024)
+    except FileNotFoundError:
+        return None
+    return {"spec": spec_driver(text), "driver": installed_driver()}
+
+
+def _runtimes(items: list[str]) -> dict[str, bool | dict | None]:
+    found: dict[str, bool | dict | None] = {}
     for item in items:
+        spec = cdi_item(item)
+        if spec is not None:
+            found[item] = _cdi_state(spec)
+            continue
         where = runtime_item(item)
         if where is None:
             continue
@@ -189,6 +238,13 @@ def differences(recorded: dict, now: dict) -> list[dict]:
             add("python_envs", f"python package {name} changed ({python})", versions["recorded"], versions["now"])
     for item, was in sorted(recorded.get("runtimes", {}).items()):
         cur = now.get("runtimes", {}).get(item)
+        if cdi_item(item) is not None:
+            # A spec for another driver than the installed one (a roll or rollback it missed);
+            # a deleted or edited spec is the files kind's.
+            if isinstance(cur, dict) and cur.get("spec") and cur.get("driver") and cur["spec"] != cur["driver"]:
+                add("runtimes", f"{cdi_item(item)} is for driver {cur['spec']}, the installed driver is {cur['driver']}",
+                    f"a spec for driver {cur['driver']}", f"a spec for driver {cur['spec']}")
+            continue
         if was and not cur:
             engine, _, path = item.partition(":")
             add("runtimes", f"{path} lost the nvidia runtime ({engine})", "registered",
