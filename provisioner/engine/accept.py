@@ -236,7 +236,7 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
                                                  f"{busbw:g} GB/s across {len(hosts)} hosts; "
                                                  f"{accept_judge.UNCALIBRATED}: {cut.basis}")])
         return
-    finding = bisect.find_slow(hosts, cut.value, measure, groups=None)
+    finding = bisect.find_slow(hosts, cut.value, measure, groups=net.switches(target.inventory, hosts))
     record.update(busbw_gbps=finding.rounds[0][0].busbw_gbps if finding.rounds else None, finding=finding.as_dict())
     evidence = "; ".join(f"round {n}: " + ", ".join(f"{'+'.join(m.hosts)} {m.busbw_gbps:g} GB/s" for m in r)
                          for n, r in enumerate(finding.rounds, 1))
@@ -244,6 +244,14 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
         for name in hosts:
             _host(report, name).checks.append(passed("accept fleet", f"{finding.why}, floor {cut.value:g} GB/s "
                                                                      f"({cut.basis})"))
+        return
+    if finding.verdict == "group":  # its hosts are told; a switch is not drained host by host
+        members = set(net.switches(target.inventory, hosts)[finding.culprit])
+        for name in hosts:
+            _host(report, name).checks.append(
+                failed("accept fleet", f"the slow switch of the fleet, {finding.culprit} ({len(finding.rounds)} "
+                                       f"round(s), at most {bisect.bound(len(hosts))}): {finding.why}. Evidence: {evidence}")
+                if name in members else passed("accept fleet", f"cleared: the slow switch is {finding.culprit}"))
         return
     if finding.verdict == "node" and finding.culprit:
         command = bisect.drain_command(finding.culprit, f"provision accept: {finding.why}", request.drain_hook)
