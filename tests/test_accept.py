@@ -263,6 +263,21 @@ def test_a_switch_whose_hosts_all_fall_short_is_named_as_the_group(shape):
     assert (one.verdict, one.culprit) == ("node", hosts[-1])
 
 
+@pytest.mark.parametrize("sizes", [[1, 7], [2, 2, 2, 1, 1], [5, 3], [3]])
+def test_a_lone_host_cleared_by_the_other_half_is_confirmed_not_a_crash(sizes):
+    # A half of one host cannot be measured alone: the other half's reading decides, and the
+    # confirmation then measures the suspect with cleared hosts (three hosts, or a one-host switch).
+    racks = {f"r{i}": [f"h{i}_{j}" for j in range(n)] for i, n in enumerate(sizes)}
+    hosts = [h for members in racks.values() for h in members]
+    for seed in range(100):
+        rng = random.Random(seed)
+        bad = rng.choice(hosts)
+        found = bisect.find_slow(hosts, FLOOR, _simulated({bad}, rng), groups=racks if len(racks) > 1 else None)
+        assert found.culprit in (None, bad), (seed, found.as_dict())
+    lone = bisect.find_slow(["n0", "n1", "n2"], FLOOR, _simulated({"n2"}, random.Random(0)))
+    assert (lone.verdict, lone.culprit) == ("node", "n2")
+
+
 def test_noise_never_names_a_healthy_switch():
     racks = {f"leaf{r}": [f"{'abcd'[r]}{i}" for i in range(1, 5)] for r in range(4)}
     hosts = [h for members in racks.values() for h in members]

@@ -170,7 +170,8 @@ def find_slow(hosts: Sequence[str], floor_gbps: float, measure: Measure,
     suspect = units[0][0]
     # Confirm with fresh company: the hosts that shared the suspect's last reading are measured
     # alone (a slow host among them, wrongly cleared, then shows), the others join the suspect.
-    last = set(next(m.hosts for m in reversed(finding.rounds[-1:][0]) if suspect in m.hosts)) - {suspect}
+    # (None when the suspect's half was a lone host that could not be measured: the other half cleared it.)
+    last = set(next((m.hosts for m in finding.rounds[-1] if suspect in m.hosts), ())) - {suspect}
     fresh = [h for h in cleared if h not in last]
     ref_a, ref_b = (fresh, [h for h in cleared if h in last]) if fresh and len(last) > 1 else _halves(cleared)
     if not ref_b:
