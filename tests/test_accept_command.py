@@ -200,3 +200,17 @@ def test_a_slow_node_under_a_switch_gets_its_drain_run_when_asked(tmp_path: Path
     accept.report_finding(report, record, finding, hosts, racks, "100 GB/s (profile)", request, tmp_path)
     assert [h.name for h in report.hosts] == ["b3"] and report.hosts[0].checks[0].status == "fail"
     assert record["drain"] == f"echo b3 > {out}" and record["drain_rc"] == 0 and out.read_text() == "b3\n"
+
+
+def test_accept_fleet_refuses_a_half_labelled_fleet_before_any_host_is_touched(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("[gpu]\na ansible_host=10.0.0.1 network_switch=leaf-1\nb ansible_host=10.0.0.2\n")
+    profile = Path(__file__).resolve().parent / "data" / "profiles" / "lab-ddp.yml"
+    result = CliRunner().invoke(app, ["accept", "-p", str(profile), str(hosts), "--fleet",
+                                      "--runs-dir", str(tmp_path / "runs")], env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "network_switch is set for 1 host(s) but not for b" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
