@@ -69,7 +69,8 @@ def _interface(host: str, ip: str) -> str:
 
 
 def _listeners(host: str) -> set[str]:
-    return {" ".join(line.split()[2:4]) for line in podman("exec", host, "ss", "-Hltn").stdout.splitlines()}
+    """The host's listening TCP sockets (local address:port), as `ss -Hltn` prints them."""
+    return {line.split()[3] for line in podman("exec", host, "ss", "-Hltn").stdout.splitlines() if line.strip()}
 
 
 def test_accept_fleet_names_the_shaped_host_within_five_rounds_and_leaves_nothing(lab, tmp_path: Path):
