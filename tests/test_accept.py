@@ -232,6 +232,86 @@ def test_topology_aware_search_names_the_rack_link():
     assert all(len(m.hosts) > 1 for r in grouped.rounds for m in r)  # every all-reduce spans hosts
 
 
+def _slow_switch(members: set[str], hosts: list[str], rng: random.Random, noise: float = 0.08):
+    """A switch whose uplink is slow (hand-made model): an all-reduce that joins a host under it
+    with a host outside it runs at 40% of the floor; one within either side at 130%."""
+    return _simulated(set(), rng, noise, slow_link=(members, set(hosts) - members))
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2), (4, 4)])
+def test_a_switch_whose_hosts_all_fall_short_is_named_as_the_group(shape):
+    count, size = shape
+    racks = {f"leaf{r}": [f"{'abcd'[r]}{i}" for i in range(1, size + 1)] for r in range(count)}
+    hosts = [h for members in racks.values() for h in members]
+    named = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        bad = rng.choice(sorted(racks))
+        found = bisect.find_slow(hosts, FLOOR, _simulated(set(racks[bad]), rng), groups=racks)
+        assert (found.verdict, found.culprit) in (("group", bad), ("inconclusive", None)), (seed, found.as_dict())
+        assert found.round_count <= bisect.bound(len(hosts))
+        assert all(len(m.hosts) > 1 for r in found.rounds for m in r)
+        named += found.verdict == "group"
+        if count > 2:  # a slow uplink: hosts under the switch are fast among themselves, slow with others
+            uplink = bisect.find_slow(hosts, FLOOR, _slow_switch(set(racks[bad]), hosts, rng), groups=racks)
+            assert (uplink.verdict, uplink.culprit) in (("group", bad), ("inconclusive", None)), (seed, uplink.as_dict())
+            assert uplink.round_count <= bisect.bound(len(hosts))
+            named += uplink.verdict == "group"
+    assert named >= (195 if count == 2 else 390)
+    # One slow host under a switch is still the node, not its switch.
+    one = bisect.find_slow(hosts, FLOOR, _simulated({hosts[-1]}, random.Random(7)), groups=racks)
+    assert (one.verdict, one.culprit) == ("node", hosts[-1])
+
+
+@pytest.mark.parametrize("sizes", [[1, 7], [2, 2, 2, 1, 1], [5, 3], [3]])
+def test_a_lone_host_cleared_by_the_other_half_is_confirmed_not_a_crash(sizes):
+    # A half of one host cannot be measured alone: the other half's reading decides, and the
+    # confirmation then measures the suspect with cleared hosts (three hosts, or a one-host switch).
+    racks = {f"r{i}": [f"h{i}_{j}" for j in range(n)] for i, n in enumerate(sizes)}
+    hosts = [h for members in racks.values() for h in members]
+    for seed in range(100):
+        rng = random.Random(seed)
+        bad = rng.choice(hosts)
+        found = bisect.find_slow(hosts, FLOOR, _simulated({bad}, rng), groups=racks if len(racks) > 1 else None)
+        assert found.culprit in (None, bad), (seed, found.as_dict())
+    lone = bisect.find_slow(["n0", "n1", "n2"], FLOOR, _simulated({"n2"}, random.Random(0)))
+    assert (lone.verdict, lone.culprit) == ("node", "n2")
+
+
+def test_noise_never_names_a_healthy_switch():
+    racks = {f"leaf{r}": [f"{'abcd'[r]}{i}" for i in range(1, 5)] for r in range(4)}
+    hosts = [h for members in racks.values() for h in members]
+    wrong = 0
+    for seed in range(500):
+        rng = random.Random(seed)
+        bad = rng.choice(hosts)  # one slow host, heavy noise: never a switch, never a healthy host
+        found = bisect.find_slow(hosts, FLOOR, _simulated({bad}, rng, noise=0.25), groups=racks)
+        wrong += found.culprit not in (None, bad)
+    assert wrong == 0
+
+
+def test_network_switch_groups_the_fleet_from_the_inventory(tmp_path: Path):
+    from provisioner.engine import network
+    from provisioner.render.inventory import load
+
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("[rack1]\na1\na2\n[rack2]\nb1\nb2 network_switch=leaf-9\n"
+                     "[rack1:vars]\nnetwork_switch=leaf-1\n[rack2:vars]\nnetwork_switch=leaf-2\n")
+    inventory = load(hosts)
+    assert network.switches(inventory, ["a1", "a2", "b1", "b2"]) == {"leaf-1": ["a1", "a2"], "leaf-2": ["b1"],
+                                                                     "leaf-9": ["b2"]}
+    hosts.write_text("[gpu]\na1\na2\n")
+    assert network.switches(load(hosts), ["a1", "a2"]) is None
+    hosts.write_text("[gpu]\na1 network_switch=leaf-1\na2\n")
+    with pytest.raises(ProvisionError, match="not for a2") as half:
+        network.switches(load(hosts), ["a1", "a2"])
+    assert "every host of the fleet" in half.value.fix
+    hosts.write_text("[gpu]\na1 network_switch='$(reboot)'\na2 network_switch=x\n")
+    with pytest.raises(ProvisionError, match="not a switch or rack name") as bad:
+        network.switches(load(hosts), ["a1", "a2"])
+    assert bad.value.where.endswith("hosts.ini:2")
+
+
 def test_each_round_keeps_its_figures_as_evidence():
     result = bisect.find_slow([f"n{i}" for i in range(8)], FLOOR, _simulated({"n5"}, random.Random(3)))
     rounds = result.as_dict()["rounds"]

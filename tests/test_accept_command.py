@@ -168,3 +168,49 @@ def test_ddp_results_are_read_when_two_local_ranks_interleave_their_lines():
            'DDP_RESULT {"rank": 1, "busbw_GBs": 0.27, "step_ms": [13.6]}\n\nDDP_RESULT {"rank": 2, cut\n')
     assert [r["rank"] for r in ddp_results.parse(out)] == [0, 1]
     assert ddp_results.parse("") == [] and ddp_results.parse("DDP_RESULT [1, 2]") == []
+
+
+def _search(bad: set[str], racks: dict[str, list[str]]):
+    """The slow-node search over a hand-made fleet: an all-reduce with a bad host reads 40 GB/s,
+    one without 130 GB/s, against a floor of 100."""
+    from provisioner.engine import bisect
+
+    hosts = [h for members in racks.values() for h in members]
+    return hosts, bisect.find_slow(hosts, 100.0, lambda chosen: 40.0 if bad & set(chosen) else 130.0, groups=racks)
+
+
+def test_a_slow_switch_fails_on_each_of_its_hosts_without_a_drain(tmp_path: Path):
+    racks = {"leaf-a": ["a1", "a2", "a3", "a4"], "leaf-b": ["b1", "b2", "b3", "b4"]}
+    hosts, finding = _search(set(racks["leaf-b"]), racks)
+    report, record = Report("accept", "p", "0" * 64, "hosts.ini", tmp_path, started=""), {"drain": None}
+    accept.report_finding(report, record, finding, hosts, racks, "100 GB/s (profile)", accept.Request(fleet=True),
+                          tmp_path)
+    status = {h.name: h.checks[-1].status for h in report.hosts}
+    assert status == {**dict.fromkeys(racks["leaf-a"], "pass"), **dict.fromkeys(racks["leaf-b"], "fail")}
+    assert "the slow switch of the fleet, leaf-b" in report.hosts[-1].checks[-1].detail
+    assert record["drain"] is None and record["finding"]["verdict"] == "group" and report.exit_code == 2
+
+
+def test_a_slow_node_under_a_switch_gets_its_drain_run_when_asked(tmp_path: Path):
+    racks = {"leaf-a": ["a1", "a2", "a3", "a4"], "leaf-b": ["b1", "b2", "b3", "b4"]}
+    hosts, finding = _search({"b3"}, racks)
+    out = tmp_path / "drained"
+    request = accept.Request(fleet=True, drain_hook=f"echo {{host}} > {out}", run_drain=True)
+    report, record = Report("accept", "p", "0" * 64, "hosts.ini", tmp_path, started=""), {"drain": None}
+    accept.report_finding(report, record, finding, hosts, racks, "100 GB/s (profile)", request, tmp_path)
+    assert [h.name for h in report.hosts] == ["b3"] and report.hosts[0].checks[0].status == "fail"
+    assert record["drain"] == f"echo b3 > {out}" and record["drain_rc"] == 0 and out.read_text() == "b3\n"
+
+
+def test_accept_fleet_refuses_a_half_labelled_fleet_before_any_host_is_touched(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("[gpu]\na ansible_host=10.0.0.1 network_switch=leaf-1\nb ansible_host=10.0.0.2\n")
+    profile = Path(__file__).resolve().parent / "data" / "profiles" / "lab-ddp.yml"
+    result = CliRunner().invoke(app, ["accept", "-p", str(profile), str(hosts), "--fleet",
+                                      "--runs-dir", str(tmp_path / "runs")], env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "network_switch is set for 1 host(s) but not for b" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()

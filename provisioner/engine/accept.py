@@ -236,14 +236,30 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
                                                  f"{busbw:g} GB/s across {len(hosts)} hosts; "
                                                  f"{accept_judge.UNCALIBRATED}: {cut.basis}")])
         return
-    finding = bisect.find_slow(hosts, cut.value, measure, groups=None)
+    groups = net.switches(target.inventory, hosts)
+    finding = bisect.find_slow(hosts, cut.value, measure, groups=groups)
+    report_finding(report, record, finding, hosts, groups, f"{cut.value:g} GB/s ({cut.basis})", request, run_dir)
+
+
+def report_finding(report: Report, record: dict, finding: bisect.Finding, hosts: list[str],
+                   groups: dict[str, list[str]] | None, floor: str, request: Request, run_dir: Path) -> None:
+    """The search's answer into the report: a named node fails with its drain command (run only
+    when asked), a named switch fails on each of its hosts (no drain), a link or an inconclusive
+    search fails on every host and names nobody."""
     record.update(busbw_gbps=finding.rounds[0][0].busbw_gbps if finding.rounds else None, finding=finding.as_dict())
     evidence = "; ".join(f"round {n}: " + ", ".join(f"{'+'.join(m.hosts)} {m.busbw_gbps:g} GB/s" for m in r)
                          for n, r in enumerate(finding.rounds, 1))
     if finding.verdict == "healthy":
         for name in hosts:
-            _host(report, name).checks.append(passed("accept fleet", f"{finding.why}, floor {cut.value:g} GB/s "
-                                                                     f"({cut.basis})"))
+            _host(report, name).checks.append(passed("accept fleet", f"{finding.why}, floor {floor}"))
+        return
+    if finding.verdict == "group":  # its hosts are told; a switch is not drained host by host
+        members = set((groups or {}).get(finding.culprit or "", ()))
+        for name in hosts:
+            _host(report, name).checks.append(
+                failed("accept fleet", f"the slow switch of the fleet, {finding.culprit} ({len(finding.rounds)} "
+                                       f"round(s), at most {bisect.bound(len(hosts))}): {finding.why}. Evidence: {evidence}")
+                if name in members else passed("accept fleet", f"cleared: the slow switch is {finding.culprit}"))
         return
     if finding.verdict == "node" and finding.culprit:
         command = bisect.drain_command(finding.culprit, f"provision accept: {finding.why}", request.drain_hook)
@@ -257,6 +273,6 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
         return
     for name in hosts:  # a link, or inconclusive: every host is told, none is named a culprit
         _host(report, name).checks.append(failed(
-            "accept fleet", f"the all-reduce across {len(hosts)} hosts fell short of {cut.value:g} GB/s; "
+            "accept fleet", f"the all-reduce across {len(hosts)} hosts fell short of {floor}; "
                             f"{finding.verdict}: " + (f"{finding.culprit}: " if finding.culprit else "")
                             + f"{finding.why}. Evidence: {evidence}"))

@@ -10,9 +10,12 @@ cleared, so every measurement is an all-reduce across two or more hosts. A host 
 when its group fell short in the search AND again in the confirmation while cleared hosts alone
 met the floor, and every reading agrees (each all-reduce with it short, each without it not); anything else (both halves short, neither short, a confirmation that disagrees)
 ends as "inconclusive" and names nobody: a noisy or contradictory measurement never drains a
-healthy host. Topology-aware: with hosts grouped (racks, switches), whole groups are halved
-first; two halves that each meet the floor alone while together they fall short name the link
-between them.
+healthy host. Topology-aware: with hosts grouped (racks, switches: the inventory's
+`network_switch`), whole groups are halved first; two halves that each meet the floor alone
+while together they fall short name the link between them, and a group whose hosts all fall
+short (each of its hosts beside cleared hosts, twice, every reading agreeing) is named as the
+group: its switch or uplink, or more than one of its hosts. Only a single node gets
+a drain command.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ class Measured:
 
 @dataclass
 class Finding:
-    verdict: str                     # healthy | node | link | inconclusive
-    culprit: str | None = None       # the host, or "A | B" for a link between two sets of hosts
+    verdict: str                     # healthy | node | group | link | inconclusive
+    culprit: str | None = None       # the host, the group's name, or "A | B" for a link between two sets of hosts
     why: str = ""
     floor_gbps: float = 0.0
     rounds: list[list[Measured]] = field(default_factory=list)
@@ -89,13 +92,41 @@ def find_slow(hosts: Sequence[str], floor_gbps: float, measure: Measure,
     if not whole.short:
         finding.verdict, finding.why = "healthy", f"{whole.busbw_gbps:g} GB/s across {len(hosts)} hosts"
         return finding
-    grouped = [list(g) for g in (groups or {}).values() if g]
+    named = {tuple(g): name for name, g in (groups or {}).items() if g}
+    grouped = [list(g) for g in named]
     units = grouped if len(grouped) > 1 and sorted(_flat(grouped)) == sorted(hosts) else [[h] for h in hosts]
     by_group = units is grouped
     cleared: list[str] = []
+    narrowed: str | None = None  # the group the search has narrowed to (its hosts searched next)
     while len(units) > 1 or len(units[0]) > 1:
+        narrowed = None
         if len(units) == 1:  # one group left: its hosts become the units
+            narrowed = named.get(tuple(units[0])) if by_group else None
             units, by_group = [[h] for h in units[0]], False
+            if narrowed and len(cleared) >= len(units):
+                # Each of its hosts beside cleared hosts of its own, at once: one short names the
+                # host (confirmed below), all short (twice, with other company) name the group.
+                members = _flat(units)
+                company = [cleared[i::len(members)] for i in range(len(members))]
+                short = [m.hosts[0] for m in run(*[[h] + c for h, c in zip(members, company)]) if m.short]
+                if len(short) == len(members):
+                    again = run(*[[h] + c for h, c in zip(members, company[1:] + company[:1])])
+                    disagree = [m for r in finding.rounds[1:] for m in r if bool(set(members) & set(m.hosts)) != m.short]
+                    if disagree:
+                        finding.why = f"group {narrowed}: {len(disagree)} reading(s) disagree with it"
+                        return finding
+                    finding.verdict, finding.culprit = "group", narrowed
+                    finding.why = (f"every all-reduce with a host of {narrowed} ({' '.join(members)}) fell short of "
+                                   f"{floor_gbps:g} GB/s, each of its hosts twice beside cleared hosts (last: "
+                                   f"{', '.join(f'{m.busbw_gbps:g}' for m in again)} GB/s); cleared hosts met it: "
+                                   f"its switch or uplink, or more than one of its hosts")
+                    return finding
+                if len(short) != 1:
+                    finding.why = (f"group {narrowed}: {len(short)} of its {len(members)} hosts fell short beside "
+                                   "cleared hosts: more than one slow host, or noise")
+                    return finding
+                units, cleared = [short], cleared + [h for h in members if h != short[0]]
+                break
         a, b = _halves(units)
         left, right = _flat(a), _flat(b)
         if cleared:
@@ -123,12 +154,14 @@ def find_slow(hosts: Sequence[str], floor_gbps: float, measure: Measure,
         elif not short_a and not short_b and by_group and not cleared:
             # Each half meets the floor alone, together they do not: the link between them.
             check = run(left + right)
-            if check[0].short:
+            again = run(left, right) if check[0].short else []  # each half alone once more: a link, not noise
+            if check[0].short and not any(m.short for m in again):
                 finding.verdict, finding.culprit = "link", f"{' '.join(left)} | {' '.join(right)}"
-                finding.why = (f"each half meets {floor_gbps:g} GB/s alone; together "
+                finding.why = (f"each half meets {floor_gbps:g} GB/s alone, twice; together "
                                f"{check[0].busbw_gbps:g} GB/s, twice short: the link between them")
             else:
-                finding.why = "the whole fleet fell short once, then met the floor: an intermittent shortfall"
+                finding.why = ("the whole fleet fell short once, then met the floor: an intermittent shortfall"
+                               if not check[0].short else "a half that met the floor alone fell short alone later: noise")
             return finding
         else:
             finding.why = ("both halves fell short: more than one slow host, or a shared link" if short_a
@@ -137,7 +170,8 @@ def find_slow(hosts: Sequence[str], floor_gbps: float, measure: Measure,
     suspect = units[0][0]
     # Confirm with fresh company: the hosts that shared the suspect's last reading are measured
     # alone (a slow host among them, wrongly cleared, then shows), the others join the suspect.
-    last = set(next(m.hosts for m in reversed(finding.rounds[-1:][0]) if suspect in m.hosts)) - {suspect}
+    # (None when the suspect's half was a lone host that could not be measured: the other half cleared it.)
+    last = set(next((m.hosts for m in finding.rounds[-1] if suspect in m.hosts), ())) - {suspect}
     fresh = [h for h in cleared if h not in last]
     ref_a, ref_b = (fresh, [h for h in cleared if h in last]) if fresh and len(last) > 1 else _halves(cleared)
     if not ref_b:

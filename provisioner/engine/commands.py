@@ -228,10 +228,11 @@ def execute(
         accept = accept or accept_mod.Request()
         accept.check()
         if accept.fleet:
-            from provisioner.engine.network import test_address
+            from provisioner.engine.network import switches, test_address
 
             for host in target.inventory.hostnames():  # a bad address is refused before any host is touched
                 test_address(target.inventory, host)
+            switches(target.inventory, target.inventory.hostnames())  # and a bad or partial grouping
     # Run records name hosts and hold their facts: owner-only, whatever the caller's umask.
     old_umask = os.umask(0o077)
     if command in ("check", "verify", "accept"):

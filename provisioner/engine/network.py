@@ -61,6 +61,33 @@ def test_address(inventory: Inventory, host: str) -> str:
                          fix="set network_test_address to the address to test (e.g. the host's IPoIB or data-network IP)")
 
 
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def switches(inventory: Inventory, hosts: list[str]) -> dict[str, list[str]] | None:
+    """The hosts grouped by their inventory variable `network_switch` (the switch, or rack, each
+    hangs off: set per host, or once for a group with `[rack1:vars]`), for the slow-node search;
+    None when no host sets it. Every host or none: a fleet half labelled is refused."""
+    found: dict[str, list[str]] = {}
+    missing = []
+    for host in hosts:
+        value = str(inventory.effective_vars(host).get("network_switch") or "").strip()
+        if not value:
+            missing.append(host)
+            continue
+        if not _GROUP_NAME.match(value):
+            owner = inventory.owner_of(host, "network_switch")
+            raise ProvisionError(f"{owner}: network_switch {value!r} is not a switch or rack name",
+                                 where=inventory.where(owner, "network_switch"),
+                                 fix="name it with letters, digits, '.', '_' or '-' (e.g. leaf-07 or rack12)")
+        found.setdefault(value, []).append(host)
+    if found and missing:
+        raise ProvisionError(f"network_switch is set for {len(hosts) - len(missing)} host(s) but not for "
+                             f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}", where=str(inventory.source),
+                             fix="set network_switch for every host of the fleet (per host or on its group), or for none")
+    return found or None
+
+
 def pairs(hosts: list[str], pairing: str = "ring", sample: int = 16, seed: int | None = None) -> list[Pair]:
     if len(hosts) < 2:
         return []
