@@ -66,7 +66,7 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_binary_sha256": "dcgm.exporter.binary_sha256",
     "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
-    "gpu_verify_infiniband": "hardware.infiniband",
+    "gpu_verify_infiniband": "hardware.infiniband", "gpu_verify_framework_envs": "python_envs",
     "gpu_verify_packages": "(every package the profile's versions pin: driver, cuda, libraries, dcgm)",
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
@@ -236,6 +236,11 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
         "gpu_verify_infiniband": p.hardware.infiniband,
+        # TensorFlow and JAX are probed inside each of their environments, as its owner (only when
+        # the profile has one: the role's default is none, and other profiles render as before).
+        **({"gpu_verify_framework_envs": framework_probes} if (framework_probes := [
+            {"name": env.name, "python": f"{env.env_dir}/bin/python", "owner": env.owner, "framework": env.framework.name}
+            for env in p.python_envs if env.framework and env.framework.name in ("tensorflow", "jax")]) else {}),
         "network_iperf3": p.network.iperf3,
         **_infiniband(p),
         **_state_timer(p),
