@@ -31,7 +31,7 @@ from provisioner import outputs
 from provisioner.errors import ProvisionError
 from provisioner.profiles import Loaded
 from provisioner.profiles.models import PythonEnv
-from provisioner.render import framework, wheel_lock
+from provisioner.render import framework, pip_requirements, wheel_lock
 
 # The python_env role's default (roles/python_env/defaults/main.yml python_env_torch_index_url).
 TORCH_INDEX = "https://download.pytorch.org/whl"
@@ -64,12 +64,6 @@ class Collected:
     wheels: int
     bytes: int
     lock: Path
-
-
-def requirements(loaded: Loaded, env: PythonEnv) -> list[str]:
-    """What pip installs into the environment: its framework's requirement and packages, then its own."""
-    fw = framework(loaded.profile, env)
-    return ([fw["requirement"], *fw["packages"]] if fw else []) + list(env.packages)
 
 
 def _sha256(file: Path) -> str:
@@ -145,7 +139,7 @@ def collect(loaded: Loaded, out: Path, *, platform: str, python_version: str | N
 
 
 def _collect_env(loaded: Loaded, env: PythonEnv, out: Path, platform: str, find_links: list[Path]) -> Collected:
-    reqs = requirements(loaded, env)
+    reqs = pip_requirements(loaded.profile, env)
     with tempfile.TemporaryDirectory(prefix=f".{env.name}-", dir=out) as tmp:
         argv = [sys.executable, "-m", "pip", "download", "--no-input", "--disable-pip-version-check",
                 "--progress-bar", "off", "--only-binary=:all:",

@@ -20,6 +20,7 @@ from provisioner.profiles import compat, distro, mig, packages, skus
 from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
+from provisioner.render import wheel_lock
 from provisioner.render.inventory import Inventory, to_yaml_inventory
 from provisioner.profiles.models import Profile, PythonEnv
 from provisioner.profiles import Loaded
@@ -140,6 +141,29 @@ def framework(p: Profile, env: PythonEnv) -> dict[str, Any] | None:
             "module": FRAMEWORK_MODULE[fw.name], "packages": fw.packages}
 
 
+def pip_requirements(p: Profile, env: PythonEnv) -> list[str]:
+    """What pip installs into the environment: its framework's requirement and packages, then its own."""
+    fw = framework(p, env)
+    return ([fw["requirement"], *fw["packages"]] if fw else []) + list(env.packages)
+
+
+def env_lock(p: Profile, env: PythonEnv, wheelhouse: str | None) -> list[dict[str, str]] | None:
+    """The environment's lock when the profile's wheelhouse is one `provision wheelhouse` made
+    (it has locks/): every wheel by name, version and sha256, for the role's --require-hashes
+    install. Refused unless it was collected for what the environment asks now."""
+    if not wheelhouse or not wheel_lock.is_locked(wheelhouse):
+        return None
+    lock = wheel_lock.read(wheelhouse, env.name)
+    wanted = pip_requirements(p, env)
+    if (lock.requirements, lock.python) != (wanted, env.python):
+        raise ProvisionError(
+            f"the wheelhouse's lock for {env.name} was collected for {' '.join(lock.requirements)} on Python "
+            f"{lock.python}; {env.where} asks for {' '.join(wanted)} on Python {env.python}",
+            where=str(wheel_lock.path(wheelhouse, env.name)),
+            fix="collect it again: provision wheelhouse --profile P -o <the wheelhouse> --platform <the hosts' tag>")
+    return [{"name": w.name, "version": w.version, "sha256": w.sha256} for w in lock.wheels]
+
+
 def python_env(p: Profile, env: PythonEnv, local: Any) -> dict[str, Any]:
     """One environment as the python_env role's python_env_envs item."""
     out = {"name": env.name, "manager": env.manager, "python": env.python, "prefix": env.prefix,
@@ -149,6 +173,9 @@ def python_env(p: Profile, env: PythonEnv, local: Any) -> dict[str, Any]:
     fw = framework(p, env)
     if fw is not None:
         out["framework"] = fw
+    lock = env_lock(p, env, local(p.mirrors.wheelhouse_source))
+    if lock is not None:
+        out["lock"] = lock
     return out
 
 
