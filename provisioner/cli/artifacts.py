@@ -105,3 +105,35 @@ def bundle(
         s.say(f"cloud-init: {snippet}")
     s.say(f"apply on a node (root): mkdir -p /opt/provisioner/bundle && tar -xzf {shlex.quote(path.name)} "
           "-C /opt/provisioner/bundle && /opt/provisioner/bundle/apply.sh")
+
+
+@app.command()
+@friendly
+def wheelhouse(
+    ctx: typer.Context,
+    profile: Profile,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The wheelhouse folder to write (new, empty, or one "
+                                                                "provision wheelhouse wrote before).")],
+    platform: Annotated[str, typer.Option(
+        "--platform", help="The hosts' wheel platform tag, e.g. manylinux_2_36_x86_64 (Debian 12, glibc 2.36; "
+                           "older manylinux tags are accepted with it, as pip does).")],
+    python_version: Annotated[Optional[str], typer.Option(
+        "--python-version", help="The hosts' Python (3.11); every environment's python must be it. Left out, each "
+                                 "environment's own python is used.")] = None,
+    find_links: Annotated[Optional[list[Path]], typer.Option(
+        "--find-links", help="A local folder of wheels to take wheels from before any index (repeatable); a PyTorch "
+                             "wheel found here is used instead of the PyTorch index.")] = None,
+    force: Force = False,
+) -> None:
+    """Collect every wheel the profile's environments install, with a lock per environment, for offline hosts."""
+    from provisioner import profiles
+    from provisioner.engine import wheelhouse as wheelhouse_mod
+    from provisioner.outputs import absolute
+
+    s = session(ctx)
+    loaded = profiles.load(profile)
+    for got in wheelhouse_mod.collect(loaded, output, platform=platform, python_version=python_version,
+                                      find_links=list(find_links or []), force=force):
+        s.say(f"{got.env}: {got.wheels} wheels, {got.bytes / 1e6:.0f} MB, lock {got.lock}")
+    s.say(f"use it: mirrors.wheelhouse_source: {absolute(output)} (up installs each environment from it with "
+          "pip --no-index --require-hashes)")

@@ -22,6 +22,7 @@ from provisioner.parsers import dcgm
 from provisioner.parsers import nvidia_smi
 from provisioner.parsers import ibstat as ibstat_mod
 from provisioner.judge import containers as containers_judge
+from provisioner.judge import frameworks
 from provisioner.judge import mig as mig_judge
 from provisioner.judge import network
 from provisioner.verdicts.checks import Check, failed, not_in_capture, passed, skipped
@@ -522,24 +523,9 @@ def judge_torch(profile: Profile, torch: dict[str, Any]) -> list[Check]:
     return checks + judge_torch_compute(profile, info)
 
 
-# Tolerances of the torch probe's computations: relative error (Frobenius norm) of a 256 x 256
-# product of standard normals against float64. float32 accumulates with a unit roundoff of
-# 2^-24 (errors near 1e-6 at this size; 1e-4 leaves room for other summation orders, and TF32,
-# whose 2^-11 would show near 1e-3, fails it). Under autocast the operands are rounded to
-# float16 (2^-11) or bfloat16 (2^-8) and accumulated in float32, giving about 4e-4 and 3e-3:
-# 1e-2 holds both. float8 e4m3 keeps 3 mantissa bits (2^-4): its scaled product lands near
-# 4e-2, so 1e-1 (an operand quantised wrongly is off by order one).
-TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float8_e4m3fn": 1e-1}
-
-
-def _within(name: str, result: Any, dtype: str, key: str = "rel_err") -> Check:
-    if not isinstance(result, dict) or result.get("error") or not isinstance(result.get(key), (int, float)):
-        why = result.get("error") if isinstance(result, dict) and result.get("error") else "no result"
-        return failed(name, f"did not run: {str(why)[:200]}")
-    err, tol = float(result[key]), TOLERANCE[dtype]
-    if result.get("dtype", dtype) != dtype:
-        return failed(name, f"computed in {result.get('dtype')}, not {dtype}")
-    return (passed if err <= tol else failed)(name, f"{dtype} relative error {err:.1e} (tolerance {tol:.0e})")
+# The tolerances (and why): judge/frameworks.py TOLERANCE, shared by every framework's probe.
+TOLERANCE = frameworks.TOLERANCE
+_within = frameworks.within
 
 
 def _arch_check(profile: Profile, info: dict[str, Any]) -> Check:
@@ -702,6 +688,8 @@ def judge_probe(profile: Profile, probe: dict[str, Any]) -> list[Check]:
         checks += _guard("container runtime", containers_judge.judge_host, profile.containers.runtime,
                          profile.containers.default_runtime, probe.get("containers"),
                          report.driver if report else None, len(report.gpus) if report and report.gpus else None)
+    if frameworks.probed_envs(profile):
+        checks += _guard("frameworks", frameworks.judge, profile, probe.get("framework_probes") or {})
     return checks
 
 

@@ -20,6 +20,7 @@ from provisioner.profiles import compat, distro, mig, packages, skus
 from provisioner import outputs, paths, profiles
 from provisioner.errors import ProvisionError
 from provisioner.render.ansible_data import dump_unsafe
+from provisioner.render import wheel_lock
 from provisioner.render.inventory import Inventory, to_yaml_inventory
 from provisioner.profiles.models import Profile, PythonEnv
 from provisioner.profiles import Loaded
@@ -66,7 +67,7 @@ PROFILE_FIELD: dict[str, str] = {
     "dcgm_exporter_binary_sha256": "dcgm.exporter.binary_sha256",
     "dcgm_exporter_dcgm_pins": "dcgm.version", "dcgm_exporter_package_pins": "dcgm.exporter.version",
     "gpu_verify_fabric_manager": "fabric_manager.enabled", "gpu_verify_dcgm_diag_level": "verify.dcgm_diag_level",
-    "gpu_verify_infiniband": "hardware.infiniband",
+    "gpu_verify_infiniband": "hardware.infiniband", "gpu_verify_framework_envs": "python_envs",
     "gpu_verify_packages": "(every package the profile's versions pin: driver, cuda, libraries, dcgm)",
     "provisioner_download_base_url": "mirrors.download_base_url",
     "network_iperf3": "network.iperf3", "network_infiniband": "hardware.infiniband",
@@ -141,6 +142,29 @@ def framework(p: Profile, env: PythonEnv) -> dict[str, Any] | None:
             "module": FRAMEWORK_MODULE[fw.name], "packages": fw.packages}
 
 
+def pip_requirements(p: Profile, env: PythonEnv) -> list[str]:
+    """What pip installs into the environment: its framework's requirement and packages, then its own."""
+    fw = framework(p, env)
+    return ([fw["requirement"], *fw["packages"]] if fw else []) + list(env.packages)
+
+
+def env_lock(p: Profile, env: PythonEnv, wheelhouse: str | None) -> list[dict[str, str]] | None:
+    """The environment's lock when the profile's wheelhouse is one `provision wheelhouse` made
+    (it has locks/): every wheel by name, version and sha256, for the role's --require-hashes
+    install. Refused unless it was collected for what the environment asks now."""
+    if not wheelhouse or not wheel_lock.is_locked(wheelhouse):
+        return None
+    lock = wheel_lock.read(wheelhouse, env.name)
+    wanted = pip_requirements(p, env)
+    if (lock.requirements, lock.python) != (wanted, env.python):
+        raise ProvisionError(
+            f"the wheelhouse's lock for {env.name} was collected for {' '.join(lock.requirements)} on Python "
+            f"{lock.python}; {env.where} asks for {' '.join(wanted)} on Python {env.python}",
+            where=str(wheel_lock.path(wheelhouse, env.name)),
+            fix="collect it again: provision wheelhouse --profile P -o <the wheelhouse> --platform <the hosts' tag>")
+    return [{"name": w.name, "version": w.version, "sha256": w.sha256} for w in lock.wheels]
+
+
 def python_env(p: Profile, env: PythonEnv, local: Any) -> dict[str, Any]:
     """One environment as the python_env role's python_env_envs item."""
     out = {"name": env.name, "manager": env.manager, "python": env.python, "prefix": env.prefix,
@@ -150,6 +174,9 @@ def python_env(p: Profile, env: PythonEnv, local: Any) -> dict[str, Any]:
     fw = framework(p, env)
     if fw is not None:
         out["framework"] = fw
+    lock = env_lock(p, env, local(p.mirrors.wheelhouse_source))
+    if lock is not None:
+        out["lock"] = lock
     return out
 
 
@@ -237,6 +264,11 @@ def role_vars(loaded: Loaded, plan: packages.Plan | None = None) -> dict[str, An
         "gpu_verify_fabric_manager": bool(p.fabric_manager.enabled),
         "gpu_verify_dcgm_diag_level": p.verify.dcgm_diag_level if p.dcgm.enabled else 0,
         "gpu_verify_infiniband": p.hardware.infiniband,
+        # TensorFlow and JAX are probed inside each of their environments, as its owner (only when
+        # the profile has one: the role's default is none, and other profiles render as before).
+        **({"gpu_verify_framework_envs": framework_probes} if (framework_probes := [
+            {"name": env.name, "python": f"{env.env_dir}/bin/python", "owner": env.owner, "framework": env.framework.name}
+            for env in p.python_envs if env.framework and env.framework.name in ("tensorflow", "jax")]) else {}),
         "network_iperf3": p.network.iperf3,
         **_infiniband(p),
         **_state_timer(p),

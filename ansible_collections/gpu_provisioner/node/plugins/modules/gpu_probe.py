@@ -36,6 +36,19 @@ options:
       It runs as the environment's owner (whoever but root owns its folder or site-packages,
       else the owner python_env recorded), in a minimal environment: never as root for an
       environment another user can write.
+  framework_envs:
+    type: list
+    elements: dict
+    default: []
+    description: >-
+      The TensorFlow and JAX environments to probe, each C({name, python, owner, framework}) as
+      the controller rendered them from the profile. Each runs C(framework_snippets[framework])
+      with its Python, as its owner (as the torch probe does); the runs are returned under
+      C(framework_probes), keyed by name.
+  framework_snippets:
+    type: dict
+    default: {}
+    description: The Python each framework's probe runs (tensorflow, jax); it prints one JSON line.
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
@@ -118,7 +131,8 @@ RETURN = r"""
 gpu_probe:
   description: >-
     commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
-    stderr, seconds, timed_out, missing; kernel_log also lines), module_version, units
+    stderr, seconds, timed_out, missing; kernel_log also lines), framework_probes (per
+    framework_envs name: the same, plus ran, python, owner), module_version, units
     (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
     local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
     name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
@@ -312,6 +326,8 @@ def main():
             "torch_timeout": {"type": "int", "default": 300},
             "python": {"type": "str", "default": ""},
             "torch_snippet": {"type": "str", "default": ""},
+            "framework_envs": {"type": "list", "elements": "dict", "default": []},
+            "framework_snippets": {"type": "dict", "default": {}},
             "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
             "fabric_manager_unit": {"type": "str", "default": "nvidia-fabricmanager.service"},
             "exporter_unit": {"type": "str", "default": "dcgm-exporter.service"},
@@ -353,6 +369,20 @@ def main():
     elif p["torch_snippet"]:
         commands["torch"] = {"ran": False, "rc": -1, "stdout": "", "python": "",
                              "stderr": "no Python environment recorded on this host"}
+    framework_probes = {}
+    for item in p["framework_envs"]:
+        snippet = p["framework_snippets"].get(str(item.get("framework")), "")
+        env_python, name = str(item.get("python") or ""), str(item.get("name") or "")
+        if not snippet or not name:
+            continue
+        if not os.path.exists(env_python):
+            framework_probes[name] = {"ran": False, "rc": -1, "stdout": "", "python": env_python,
+                                      "stderr": f"no environment at {env_python}"}
+            continue
+        # As the torch probe: the environment's code runs as its owner, never as root for another.
+        owner = owner_of(env_python, {"python": env_python, "owner": item.get("owner")})
+        framework_probes[name] = run([env_python, "-c", snippet], p["torch_timeout"], limit, env, owner=owner)
+        framework_probes[name].update(ran=True, python=env_python, owner=owner)
     try:
         with open("/sys/module/nvidia/version") as f:
             module_version = f.read().strip()
@@ -361,6 +391,7 @@ def main():
     gpus_seen = len(re.findall(r"<gpu id=", commands["nvidia_smi_xml"]["stdout"])) if smi_ok else 0
     result = {
         "commands": commands,
+        "framework_probes": framework_probes,
         "module_version": module_version,
         "units": units({"fabric_manager": p["fabric_manager_unit"], "exporter": p["exporter_unit"]}, timeout),
         "fabric_manager_version": fm_version(timeout),
