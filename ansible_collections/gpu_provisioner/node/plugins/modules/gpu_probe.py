@@ -280,7 +280,8 @@ def container():
 ENGINE_INFO = {"docker": ["docker", "info"], "containerd": ["containerd", "config", "dump"],
                "podman": ["podman", "info", "--format", "json"]}
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # the CDI specification's default spec directories
-CDI_MAX_FILES, CDI_MAX_BYTES = 16, 1_000_000
+CDI_MAX_FILES = 16
+CDI_MAX_BYTES = 1_000_000
 
 
 def cdi_specs():
