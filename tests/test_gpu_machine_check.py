@@ -34,7 +34,7 @@ def test_dry_run_lists_the_steps_and_names_the_missing_wheels(tmp_path: Path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     for step in ("venv", "nvidia-smi-qx", "dcgmi-diag-r1", "all-reduce-perf", "nvbandwidth-d2d", "torch-measure",
-                 "jax-check", "profile", "judge", "verify", "diagnose", "archive"):
+                 "jax-check", "torch-probe", "profile", "judge", "verify", "diagnose", "archive"):
         assert f"  {step} " in done.stdout
     if shutil.which("dcgmi") is None:
         assert "[not run here: dcgmi not installed]" in done.stdout
