@@ -63,7 +63,19 @@ def test_check_mode_simulates_and_fails_on_a_version_apt_does_not_offer(installe
     assert after == version
 
 
-@pytest.mark.parametrize("bad", ["-o=APT::Get::Assume-Yes=1", "gzip; reboot", "gzip=1.0 $(id)", "", "Gzip"])
+def test_a_version_glob_is_kept_when_the_installed_version_matches_and_refused_when_nothing_offered_matches(
+        installed, tmp_path: Path):
+    name, version = installed
+    glob = f"{name}={version.rsplit('-', 1)[0]}-*" if "-" in version else f"{name}={version}*"
+    run = play(tmp_path, "glob", _install([glob]), LOCAL, check=True)
+    assert run.rc == 0, run.stdout[-2000:]
+    assert _res(run)["changed"] is False and _res(run)["changed_packages"] == []
+    run = play(tmp_path, "glob-none", _install([f"{name}=0.0.0-provisioner-*"]), LOCAL, check=True)
+    assert run.rc != 0 and run.status("install") == ["failed"]
+    assert f"no version of {name} matching 0.0.0-provisioner-* is offered" in _res(run)["msg"]
+
+
+@pytest.mark.parametrize("bad", ["-o=APT::Get::Assume-Yes=1", "gzip; reboot", "gzip=1.0 $(id)", "", "Gzip", "gzip=*", "gzip=1.*.2"])
 def test_refuses_what_is_not_a_package_or_package_version(tmp_path: Path, bad: str):
     run = play(tmp_path, "bad", _install(["gzip", bad]), LOCAL, check=True)
     assert run.rc != 0 and run.status("install") == ["failed"]

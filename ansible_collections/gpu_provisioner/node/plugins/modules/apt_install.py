@@ -22,7 +22,10 @@ description:
   - It refreshes no apt lists; the roles refresh them where their sources change.
 options:
   name:
-    description: C(package=version) items, or a bare C(package) for any version. An empty list does nothing.
+    description:
+      - C(package=version) items, or a bare C(package) for any version. An empty list does nothing.
+      - A version may end in C(*) (C(nvidia-driver=580.126.20-*)), as with M(ansible.builtin.apt) - an installed
+        version that matches is kept; else the newest version apt offers that matches is installed.
     type: list
     elements: str
     required: true
@@ -64,12 +67,17 @@ stdout:
   returned: when apt-get ran
 """
 
+import fnmatch
+import functools
 import re
 
 from ansible.module_utils.basic import AnsibleModule
 
 # dpkg's package-name and version grammar: each item is one argument to apt-get, never an option.
-ITEM = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[0-9][A-Za-z0-9.+~:-]*)?$")
+# A version may end in "*" (580.126.20-*: the revision the repository carries, which no
+# catalogue can know): the newest version apt offers that matches, as ansible.builtin.apt
+# takes it (a Version pin at 1001 there).
+ITEM = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[0-9][A-Za-z0-9.+~:-]*\*?)?$")
 
 
 def _installed(module: AnsibleModule, names: list[str]) -> dict[str, str]:
@@ -82,6 +90,20 @@ def _installed(module: AnsibleModule, names: list[str]) -> dict[str, str]:
         if status.startswith("ii"):
             found[name] = version
     return found
+
+
+def _newest_match(module: AnsibleModule, name: str, pattern: str) -> str | None:
+    """The newest version apt offers for `name` that matches the glob `pattern`, or None."""
+    _rc, out, _err = module.run_command(["apt-cache", "madison", name], environ_update={"LC_ALL": "C"})
+    offered = {cols[1] for cols in (line.split("|") for line in out.splitlines()) if len(cols) >= 3
+               and cols[0].strip() == name.partition(":")[0]}
+    matching = [v.strip() for v in offered if fnmatch.fnmatchcase(v.strip(), pattern)]
+
+    def older(a: str, b: str) -> int:
+        rc, _o, _e = module.run_command(["dpkg", "--compare-versions", a, "lt", b])
+        return -1 if rc == 0 else (0 if a == b else 1)
+
+    return max(matching, key=functools.cmp_to_key(older)) if matching else None
 
 
 def main() -> None:
@@ -101,8 +123,22 @@ def main() -> None:
         module.fail_json(msg=f"not a package or package=version: {', '.join(map(repr, bad))}")
     wanted = dict(item.partition("=")[::2] for item in p["name"])
     installed = _installed(module, list(wanted)) if wanted else {}
-    todo = [f"{n}={v}" if v else n for n, v in wanted.items()
-            if n not in installed or (v and installed[n] != v)]
+
+    def satisfied(n: str, v: str) -> bool:
+        if n not in installed:
+            return False
+        return not v or (fnmatch.fnmatchcase(installed[n], v) if v.endswith("*") else installed[n] == v)
+
+    # A glob left to apt-get would be read as a version string: resolve it here, to the
+    # version apt would be told, only for what is not installed at a matching version.
+    for n, v in list(wanted.items()):
+        if v.endswith("*") and not satisfied(n, v):
+            newest = _newest_match(module, n, v)
+            if newest is None:
+                module.fail_json(msg=f"no version of {n} matching {v} is offered by apt's sources "
+                                     f"(apt-cache madison {n}); is its repository configured and updated?")
+            wanted[n] = newest
+    todo = [f"{n}={v}" if v else n for n, v in wanted.items() if not satisfied(n, v)]
     result = {"changed": bool(todo), "changed_packages": todo,
               "diff": {"before": "".join(f"{n}={installed[n]}\n" for n in sorted(wanted) if n in installed),
                        "after": "".join(f"{n}={v or installed.get(n, '*')}\n" for n, v in sorted(wanted.items()))}}
@@ -116,7 +152,9 @@ def main() -> None:
         # Every pinned item, the installed ones too: apt marks them manually installed, as
         # ansible.builtin.apt does, so no autoremove takes them; a bare name only when missing
         # (given an installed one, apt would upgrade it).
-        items = [f"{n}={v}" if v else n for n, v in wanted.items() if v or n not in installed]
+        # (A glob still here is one the installed version matches: named at that version.)
+        exact = {n: installed[n] if v.endswith("*") else v for n, v in wanted.items()}
+        items = [f"{n}={v}" if v else n for n, v in exact.items() if v or n not in installed]
         rc, out, err = module.run_command(argv + items,
                                           environ_update={"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"})
         result["stdout"] = out
