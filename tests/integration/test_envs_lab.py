@@ -15,11 +15,12 @@ index request would fail rather than be skipped. Proven here: `up` converges the
 environments from the copied wheelhouse (pip --no-index --require-hashes against each lock);
 a second converge changes nothing; verify shows each framework's import, version and "no GPU
 here", and that the probes ran as the environments' owner; a `pip uninstall` in one
-environment is found by `check` for that environment only and put back by `up`; dropping an
+environment is found by `check` for that environment only and put back by `up`; JAX moved
+to another release (0.10.1, its own wheelhouse) is built at a path of its own, switched to
+after its import check, the old build kept beside it (a rollback's) and the other two
+untouched; dropping an
 environment removes it. Not proven: GPU builds (no GPU, no CUDA wheels), conda environments
-offline (no local conda channel here), changing a framework's version (a second wheelhouse
-of several hundred MB; the rebuild beside the old build is proven by the python_env
-Molecule scenario).
+offline (no local conda channel here).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ CACHE = Path("/var/cache/provisioner-lab")
 ENVS = {"torch": "torch", "tf": "tensorflow", "jax": "jax"}
 
 
-def _wheelhouse() -> Path:
-    """The lab profile's wheelhouse, collected once per machine (keyed by what it holds)."""
-    p = profiles.load(str(PROFILE)).profile
+def _wheelhouse(profile: Path = PROFILE) -> Path:
+    """A profile's wheelhouse, collected once per machine (keyed by what it holds)."""
+    p = profiles.load(str(profile)).profile
     key = hashlib.sha256(json.dumps([PLATFORM, [[e.name, e.python, pip_requirements(p, e)] for e in p.python_envs]],
                                     sort_keys=True).encode()).hexdigest()[:16]
     cached = CACHE / f"wheelhouse-{key}"
@@ -62,7 +63,7 @@ def _wheelhouse() -> Path:
         t0 = time.monotonic()
         partial = CACHE / f".wheelhouse-{key}-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
-        got = wheelhouse.collect(profiles.load(str(PROFILE)), partial, platform=PLATFORM, find_links=[Path("/opt/wheels")])
+        got = wheelhouse.collect(profiles.load(str(profile)), partial, platform=PLATFORM, find_links=[Path("/opt/wheels")])
         partial.rename(cached)
         print(f"\nwheelhouse collected in {time.monotonic() - t0:.0f}s: "
               + ", ".join(f"{g.env} {g.wheels} wheels {g.bytes / 1e6:.0f} MB" for g in got))
@@ -88,15 +89,26 @@ def lab(tmp_path_factory):
         yield result
 
 
-def _profiles(folder: Path, house: Path) -> tuple[Path, Path]:
+JAX_NOW, JAX_NEXT = "version: 0.10.2", "version: 0.10.1"   # both on the index for Python 3.11
+
+
+def _profiles(folder: Path, house: Path) -> tuple[Path, Path, Path]:
+    """The three-environment profile, the same with JAX at another release (its own
+    wheelhouse, collected from it), and the same without JAX."""
     shutil.copy(DRIVER_ONLY, folder / "lab-driver-only.yml")
     subprocess.run(["cp", "-al", str(house), str(folder / "wheelhouse")], check=True)   # hard links: no copy
     text = PROFILE.read_text().replace("wheelhouse_source: /opt/wheels", "wheelhouse_source: wheelhouse")
-    three, two = folder / "lab-envs.yml", folder / "lab-envs-two.yml"
+    three, moved, two = folder / "lab-envs.yml", folder / "lab-envs-jax-moved.yml", folder / "lab-envs-two.yml"
     three.write_text(text)
+    assert text.count(JAX_NOW) == 1
+    moved.write_text(text.replace(JAX_NOW, JAX_NEXT).replace("wheelhouse_source: wheelhouse",
+                                                             "wheelhouse_source: wheelhouse-moved"))
+    moved_source = folder / "moved-for-collecting.yml"   # the lab's own wheel folder, as _wheelhouse collects
+    moved_source.write_text(PROFILE.read_text().replace(JAX_NOW, JAX_NEXT))
+    subprocess.run(["cp", "-al", str(_wheelhouse(moved_source)), str(folder / "wheelhouse-moved")], check=True)
     start = text.index("  - name: jax")
     two.write_text(text[:start] + text[text.index("mirrors:"):])
-    return three, two
+    return three, moved, two
 
 
 def _checks(result) -> dict[str, tuple[str, str]]:
@@ -106,7 +118,7 @@ def _checks(result) -> dict[str, tuple[str, str]]:
 def test_three_environments_offline_from_a_wheelhouse(lab, tmp_path: Path):
     t0 = time.monotonic()
     house = _wheelhouse()
-    three, two = _profiles(tmp_path, house)
+    three, moved, two = _profiles(tmp_path, house)
     host, inventory = lab.hosts[0].name, lab.inventory
     runs = tmp_path / "runs"
     _cut_index_access(host)
@@ -146,6 +158,22 @@ def test_three_environments_offline_from_a_wheelhouse(lab, tmp_path: Path):
     assert run("up", three).exit_code == 0
     assert run("check", three).exit_code == 0
     print(f"drift found and repaired: {time.monotonic() - t0:.0f}s")
+
+    def builds() -> dict[str, str]:
+        return {name: podman("exec", host, "readlink", f"/opt/venvs/{name}").stdout.strip() for name in ENVS}
+
+    before = builds()
+    assert run("up", moved).exit_code == 0
+    after = builds()
+    assert after["jax"] != before["jax"], "a changed JAX release is built at a path of its own"
+    assert {n: after[n] for n in ("torch", "tf")} == {n: before[n] for n in ("torch", "tf")}, "the others untouched"
+    got = podman("exec", host, "runuser", "-u", "provision", "--", "/opt/venvs/jax/bin/python", "-c",
+                 "import jax; print(jax.__version__)")
+    assert got.stdout.strip() == JAX_NEXT.split()[1], got.stdout + got.stderr[-2000:]
+    # Beside it: the build the last converge used stays, so a rollback has somewhere to go.
+    assert podman("exec", host, "test", "-x", f"{before['jax']}/bin/python").returncode == 0, "the old build is kept"
+    assert run("check", moved).exit_code == 0
+    print(f"JAX rebuilt beside and switched: {time.monotonic() - t0:.0f}s")
 
     assert run("up", two).exit_code == 0
     left = podman("exec", host, "sh", "-c", "ls -a /opt/venvs; ls /var/lib/provisioner/python_env").stdout
