@@ -90,6 +90,10 @@ def main() -> None:
         "steps": args.steps, "step_ms": step_ms, "loss": round(float(loss.item()), 4),
         "weights_agree": weights_agree, "allreduce_mib": args.tensor_mib, "allreduce_ms": round(seconds * 1000, 3),
         "algbw_GBs": round(algbw, 3), "busbw_GBs": round(busbw, 3), "values_right": values_right}), flush=True)
+    # Every rank past its last collective before any tears its group down: without this, a
+    # rank that finished first could tear down under its peer (gloo aborted a rank with
+    # "terminate called without an active exception", and the other waited out its bound).
+    dist.barrier()
     dist.destroy_process_group()
 
 
