@@ -6,7 +6,6 @@ run for real on this machine, which has no GPU and no NVIDIA Container Toolkit."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,9 @@ from provisioner import profiles
 from provisioner.judge import containers as judge
 from provisioner.judge import verify
 from provisioner.parsers import containers as read
-from tests.conftest import COLLECTION, REPO
+from tests.conftest import REPO
 from tests.test_verify import gpus, profile
-from tests.test_verify_contract import cmd, probe_shape
+from tests.test_verify_contract import cmd, probe_here, probe_shape
 
 DATA = REPO / "tests" / "data" / "containers"
 XML = REPO / "tests" / "data" / "fixtures" / "nvidia-smi" / "xml"
@@ -186,23 +185,7 @@ def test_no_known_failure_in_healthy_output():
 def test_the_probe_for_real_without_a_toolkit(tmp_path: Path):
     """gpu_probe with containers_runtime docker, through ansible-runner on this machine (no GPU,
     no NVIDIA Container Toolkit): verify names the toolkit absent, and passes nothing it could not see."""
-    import ansible_runner
-
-    result = {}
-
-    def keep(event):
-        if event.get("event") == "runner_on_ok":
-            result.update(event["event_data"]["res"])
-        return True
-    (tmp_path / "run").mkdir()
-    inventory = tmp_path / "hosts"
-    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    ansible_runner.run(private_data_dir=str(tmp_path / "run"), host_pattern="localhost",
-                       module="gpu_provisioner.node.gpu_probe", module_args="containers_runtime=docker timeout=20",
-                       inventory=str(inventory),
-                       envvars={"ANSIBLE_COLLECTIONS_PATH": str(COLLECTION.parents[2]),
-                                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}, quiet=True,
-                       event_handler=keep)
+    result = probe_here(tmp_path, "containers_runtime=docker timeout=20")
     found = result["gpu_probe"]["containers"]
     assert found["runtime"] == "docker" and found["engine"]["argv"] == ["docker", "info"]
     assert found["toolkit"] == {"nvidia-ctk": "", "nvidia-container-cli": ""}

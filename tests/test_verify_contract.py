@@ -268,10 +268,8 @@ def test_an_exception_inside_one_hosts_judging_fails_that_host_only(monkeypatch)
     assert [c.status for c in by["good"].checks] == ["pass"]
 
 
-@pytest.mark.ansible
-def test_the_probe_for_real_on_this_gpu_less_machine(tmp_path: Path):
-    """gpu_probe run through ansible-runner against localhost (connection local): its result
-    fed to judge() as is."""
+def probe_here(tmp_path: Path, module_args: str) -> dict:
+    """gpu_probe's result, run through ansible-runner against this machine (connection local)."""
     import ansible_runner
 
     result = {}
@@ -284,12 +282,19 @@ def test_the_probe_for_real_on_this_gpu_less_machine(tmp_path: Path):
     inventory = tmp_path / "hosts"
     inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
     ansible_runner.run(private_data_dir=str(tmp_path / "run"), host_pattern="localhost",
-                       module="gpu_provisioner.node.gpu_probe",
-                       module_args=f"python={sys.executable} torch_snippet='import json; print(json.dumps({{}}))'",
+                       module="gpu_provisioner.node.gpu_probe", module_args=module_args,
                        inventory=str(inventory),
                        envvars={"ANSIBLE_COLLECTIONS_PATH": str(COLLECTION.parents[2]),
                                 "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}, quiet=True,
                        event_handler=keep)
+    return result
+
+
+@pytest.mark.ansible
+def test_the_probe_for_real_on_this_gpu_less_machine(tmp_path: Path):
+    """gpu_probe run through ansible-runner against localhost (connection local): its result
+    fed to judge() as is."""
+    result = probe_here(tmp_path, f"python={sys.executable} torch_snippet='import json; print(json.dumps({{}}))'")
     probe = result["gpu_probe"]
     assert probe["commands"]["nvidia_smi_xml"]["rc"] != 0  # no GPU here
     assert probe["commands"]["torch"]["ran"] is True and probe["gpus_seen"] == 0
