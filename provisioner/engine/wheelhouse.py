@@ -16,7 +16,6 @@ mirrors.pip_index_url, else pip's own configuration (the operator's index or pro
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -32,6 +31,7 @@ from provisioner.errors import ProvisionError
 from provisioner.profiles import Loaded
 from provisioner.profiles.models import PythonEnv
 from provisioner.render import framework, pip_requirements, wheel_lock
+from provisioner.render.bundle import sha256_of
 
 # The python_env role's default (roles/python_env/defaults/main.yml python_env_torch_index_url).
 TORCH_INDEX = "https://download.pytorch.org/whl"
@@ -64,14 +64,6 @@ class Collected:
     wheels: int
     bytes: int
     lock: Path
-
-
-def _sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _index_args(loaded: Loaded, env: PythonEnv, find_links: list[Path]) -> list[str]:
@@ -163,9 +155,9 @@ def _collect_env(loaded: Loaded, env: PythonEnv, out: Path, platform: str, find_
             except InvalidWheelFilename:
                 raise ProvisionError(f"{env.where} ({env.name}): pip downloaded {file.name}, which is not a wheel",
                                      where=env.where, fix="report this; only binary wheels go into a wheelhouse") from None
-            digest = _sha256(file)
+            digest = sha256_of(file)
             final = out / file.name
-            if final.exists() and _sha256(final) != digest:
+            if final.exists() and sha256_of(final) != digest:
                 raise ProvisionError(f"{file.name} in the wheelhouse differs from the one just downloaded "
                                      "(another build of the same file name)", where=str(final),
                                      fix="collect into a new folder")
