@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -45,9 +46,15 @@ PROVISION = [sys.executable, "-m", "provisioner.cli"]
 WAIT_S = 300
 
 
+# Bytecode as an installed package has it (pip compiles on install), in a folder of our own so
+# the checkout stays clean, whatever PYTHONDONTWRITEBYTECODE the shell has (as bench/cli.py).
+ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-prom-pyc-")
+
+
 def timed(cmd: list[str]) -> float:
     start = time.perf_counter()
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=ENV)
     seconds = time.perf_counter() - start
     print(f"  {seconds:7.2f} s  {' '.join(cmd)[-110:]}", file=sys.stderr, flush=True)
     if r.returncode != 0:
@@ -107,6 +114,7 @@ def bench(n: int, runs: int, image: str) -> dict[str, list[float]]:
             argv = {"ssh": [*PROVISION, "check", *common],
                     "prometheus": [*PROVISION, "check", *common, "--from-prometheus", url]}
             times: dict[str, list[float]] = {key: [] for key in argv}
+            subprocess.run([*PROVISION, "--version"], cwd=REPO, env=ENV, capture_output=True, check=True)  # compiles
             for _ in range(runs):
                 for key, cmd in argv.items():
                     times[key].append(timed(cmd))

@@ -26,6 +26,14 @@ def state_dir() -> Path:
     return root / "gpu-provisioner"
 
 
+def cache_dir(kind: str) -> Path:
+    """This user's cache of `kind` on the controller: $XDG_CACHE_HOME/gpu-provisioner/<kind>
+    (default ~/.cache/...): what a later run can rebuild, kept only to make it faster."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"  # the spec ignores relative paths
+    return root / "gpu-provisioner" / kind
+
+
 # The Ansible content is one collection, gpu_provisioner.node: roles, playbooks and our
 # modules (plugins/modules). The same folder serves a checkout (at the repository root),
 # the wheel (inside the package, see pyproject.toml) and `ansible-galaxy collection build`.

@@ -49,15 +49,18 @@ def _packages_from_the_fixture_index(request, monkeypatch):
 
 @pytest.fixture(autouse=True, scope="session")
 def _state_of_the_test_run(tmp_path_factory):
-    """The profiles `up` keeps for rollbacks (paths.state_dir) go to a folder of this test run,
-    never the user's own; lab tests' `provision` subprocesses inherit it."""
-    old = os.environ.get("XDG_STATE_HOME")
+    """The profiles `up` keeps for rollbacks (paths.state_dir) and the caches (the inventory
+    kept between runs, read indexes) go to folders of this test run, never the user's own;
+    lab tests' `provision` subprocesses inherit them."""
+    saved = {name: os.environ.get(name) for name in ("XDG_STATE_HOME", "XDG_CACHE_HOME")}
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     yield
-    if old is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = old
+    for name, old in saved.items():
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def _fixtures() -> Path:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from debian import deb822
 
+from provisioner import paths
 from provisioner.errors import ProvisionError
 
 MAX_KEY = 256 * 1024              # NVIDIA's 3bf863cc.pub is 1.7 KiB; Debian's keyring ~100 KiB
@@ -49,8 +50,7 @@ FORMAT = 1                        # of the cache entries
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(os.environ.get("PROVISION_APTINDEX_CACHE", Path(base) / "gpu-provisioner" / "aptindex"))
+    return Path(os.environ.get("PROVISION_APTINDEX_CACHE") or paths.cache_dir("aptindex"))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.profiles import secrets
+from provisioner.render import inventory_cache
 from provisioner.errors import ProvisionError
 
 # Facts Ansible adds to every host itself; not the user's.
@@ -231,8 +232,31 @@ def _refuse_a_profile(path: Path, content: object) -> None:
                                  "the argument: provision up --profile PROFILE INVENTORY")
 
 
+# The modules whose code shapes what load() returns: a change to them is a cache miss.
+_SHAPED_BY = [Path(__file__), Path(secrets.__file__), Path(inventory_cache.__file__)]
+
+
 def load(path: Path) -> Inventory:
+    """The inventory as Ansible's parser reads it (kept between runs while nothing it read has
+    changed: render/inventory_cache)."""
     path = _usable_file(path)
+    key = inventory_cache.key(path, _SHAPED_BY)
+    kept = inventory_cache.get(path, key)
+    if kept is not None:
+        try:
+            return Inventory(source=Path(kept["source"]), hosts=kept["hosts"],
+                             groups={name: Group(**g) for name, g in kept["groups"].items()},
+                             dropped_secrets=kept["dropped_secrets"],
+                             origins={owner: {name: Path(where) for name, where in found.items()}
+                                      for owner, found in kept["origins"].items()})
+        except (KeyError, TypeError, AttributeError):
+            pass  # an entry of another shape: parse again
+    inv = _parse(path)
+    inventory_cache.put(path, key, inv)
+    return inv
+
+
+def _parse(path: Path) -> Inventory:
     if _plugin_for(path) == "yaml":
         from provisioner.yamlfile import read_yaml
 
