@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -52,10 +53,16 @@ ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRIT
 ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-prom-pyc-")
 
 
-def timed(cmd: list[str]) -> float:
+CPU: dict[str, list[float]] = {}  # per command kind: user + system seconds of the CLI process
+
+
+def timed(cmd: list[str], kind: str = "") -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=ENV)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(kind, []).append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     print(f"  {seconds:7.2f} s  {' '.join(cmd)[-110:]}", file=sys.stderr, flush=True)
     if r.returncode != 0:
         raise SystemExit(f"`{' '.join(cmd)}` exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
@@ -117,7 +124,7 @@ def bench(n: int, runs: int, image: str) -> dict[str, list[float]]:
             subprocess.run([*PROVISION, "--version"], cwd=REPO, env=ENV, capture_output=True, check=True)  # compiles
             for _ in range(runs):
                 for key, cmd in argv.items():
-                    times[key].append(timed(cmd))
+                    times[key].append(timed(cmd, key))
             return times
         finally:
             if proc:
@@ -133,13 +140,16 @@ def main() -> None:
     args = parser.parse_args()
     image = converged.ensure(PROFILE, progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     # Each size's line as soon as it is measured: a later size that fails keeps the earlier ones.
-    print(f"{'hosts':>5}  {'check over SSH (s)':>19} {'check --from-prometheus (s)':>28} {'ratio':>7}   "
-          f"(median, min of {args.runs} run(s))", flush=True)
+    print(f"{'hosts':>5}  {'check over SSH (s)':>19} {'check --from-prometheus (s)':>28} {'ratio':>7} "
+          f"{'its CPU (s)':>12}   (median, min of {args.runs} run(s); CPU: user + system of the CLI process)",
+          flush=True)
     for n in args.hosts.split(","):
+        CPU.clear()
         times = bench(int(n), args.runs, image)
         ssh, prom = statistics.median(times["ssh"]), statistics.median(times["prometheus"])
         print(f"{n:>5}  {ssh:10.1f} ({min(times['ssh']):5.1f}) {prom:19.2f} ({min(times['prometheus']):5.2f}) "
-              f"{ssh / prom:6.0f}x", flush=True)
+              f"{ssh / prom:6.0f}x {statistics.median(CPU['prometheus']):12.2f}", flush=True)
+
 
 if __name__ == "__main__":
     main()
