@@ -117,6 +117,12 @@ def test_a_new_xid_during_the_load_fails_naming_it(log, xids):
     assert sorted({x["xid"] for x in summary["xids"]}) == xids
     if 79 in xids:
         assert "Xid 79 on 0000:2b:00 (" in xid.detail and "fallen off the bus" in xid.detail
+    # Hand-made: nvidia-smi answered before the load, then failed during it (the module keeps the error).
+    lost = _job(H100_IDLE, [H100_LOAD], H100_LOAD)
+    lost["samples"].insert(2, {"phase": "load", "t": 10.0, "csv": "", "error": "exit 15: GPU is lost"})
+    failing = [c for c in burn_in.judge_burn_in(lost)[0] if c.status == "fail"]
+    assert [c.name for c in failing] == ["accept burn-in telemetry"]
+    assert "failed in 1 of 4 sample(s), first at 10.0 s (load): exit 15: GPU is lost" in failing[0].detail
     unread = burn_in.judge_burn_in(_job(H100_IDLE, [H100_LOAD], H100_LOAD, read=False))[0]
     assert [c.detail for c in unread if c.name == "accept burn-in xid"] == ["not read: dmesg exited 1"]
 

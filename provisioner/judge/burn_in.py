@@ -128,6 +128,12 @@ def judge_burn_in(job: dict | None) -> tuple[list[Check], dict]:
     if sampler:  # nvidia-smi missing or refusing the query: said, not judged
         checks.append(skipped("accept burn-in telemetry", str(sampler)[:300]))
         return checks, dict(summary, telemetry=str(sampler)[:300])
+    errors = [e for e in job.get("samples") or [] if isinstance(e, dict) and e.get("error")]
+    if errors:  # nvidia-smi answered, then failed: a GPU lost or hung under load
+        checks.append(failed("accept burn-in telemetry", f"nvidia-smi failed in {len(errors)} of "
+                                                         f"{len(job.get('samples') or [])} sample(s), first at "
+                                                         f"{errors[0].get('t')} s ({errors[0].get('phase')}): "
+                                                         f"{str(errors[0].get('error'))[:300]}"))
     try:
         parts = [_samples(job, phase) for phase in ("before", "load", "after")]
         xlog = job.get("kernel_log") if isinstance(job.get("kernel_log"), dict) else {}

@@ -207,8 +207,11 @@ class Sampler:
                 self.fields = reasons
                 self.samples.append({"phase": phase, "t": self._t(), "csv": r.stdout[-20000:]})
                 return
-        if not self.samples:
-            self.why = f"not run: nvidia-smi refused the query: {(r.stdout + r.stderr).strip()[-300:]}"
+        said = (r.stdout + r.stderr).strip()[-300:]
+        if self.fields:  # it answered before: a GPU lost during the load is evidence, kept as such
+            self.samples.append({"phase": phase, "t": self._t(), "csv": "", "error": f"exit {r.returncode}: {said}"})
+        elif not self.samples:
+            self.why = f"not run: nvidia-smi refused the query: {said}"
 
     def _t(self) -> float:
         return round(time.monotonic() - self.started, 1)
