@@ -137,7 +137,7 @@ def burn_in(path: str, seconds: float) -> int:
             last = now
             elapsed = now - start
             out["burn_in"].update(seconds=round(elapsed, 1), iterations={label[d]: n for d, n in done.items()},
-                                  tflops={label[d]: round(2 * size**3 * n / elapsed / 1e12, 2) for d, n in done.items()})
+                                  tflops={label[d]: round(2 * size**3 * n / elapsed / 1e12, 4) for d, n in done.items()})
             with open(path, "w") as fh:
                 json.dump(out, fh, indent=1)
         if now - start >= seconds:
