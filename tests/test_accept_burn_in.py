@@ -162,6 +162,8 @@ def test_a_cpu_burn_in_is_labelled_not_judged_and_a_killed_one_fails_naming_its_
     killed = burn_in.judge_burn_in(dict(cpu, rc=124, timed_out=True))[0]
     assert killed[0].status == "fail" and "killed after its bound of 50 s" in killed[0].detail
     assert burn_in.judge_burn_in(None)[0][0].status == "fail"
+    empty = burn_in.judge_burn_in(dict(cpu, data=None))[0]
+    assert empty[0].status == "fail" and empty[0].detail == "the sustained load wrote no figure"
     # The report carries the summary and prints one line per host.
     report = Report("accept", "p", "0" * 64, "hosts.ini", Path("run"), started="", accept={
         "level": "burn-in", "burn_in": {"n1": summary, "n2": burn_in.judge_burn_in(

@@ -115,6 +115,8 @@ def judge_burn_in(job: dict | None) -> tuple[list[Check], dict]:
     elif int(job.get("rc", -1)) != 0:
         tail = " ".join(str(job.get("stderr", "")).split()[-40:])[:400]
         checks.append(failed(name, f"the sustained load exited {job.get('rc')}: {tail}"))
+    if not checks and not tflops:
+        checks.append(failed(name, "the sustained load wrote no figure"))
     figures = ", ".join(f"{k} {v:g}" for k, v in sorted(tflops.items())) or "no figure"
     summary: dict = {"device": load.get("device"), "seconds": seconds, "load_tflops": tflops}
     if load.get("device") == "cpu":
