@@ -25,9 +25,9 @@ DCGM = FIXTURES / "dcgm"
 T4_SCRAPE = DCGM / "dcgm-exporter-metrics__tesla-t4__460.106.00+470.182.03__datadog.prom"
 
 
-def test_burn_in_is_refused_as_not_built_and_drain_needs_fleet():
-    with pytest.raises(ProvisionError, match="burn-in is not built yet"):
-        accept.Request(level="burn-in").check()
+def test_burn_in_without_a_duration_is_refused_and_drain_needs_fleet():
+    with pytest.raises(ProvisionError, match="needs a duration"):
+        accept.Request(level="burn-in").check(profiles.load("debian12-lab").profile)
     with pytest.raises(ProvisionError, match="--fleet"):
         accept.Request(run_drain=True).check()
     accept.Request(level="standard", fleet=True, price_per_hour=32, run_drain=True).check()

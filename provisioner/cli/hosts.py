@@ -168,7 +168,10 @@ def accept(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet:
            level: Annotated[str, typer.Option("--level", help="quick: verify, dcgmi diag -r 1, an all-reduce across "
                                               "each node's GPUs, the exporter's metric contract; standard: adds dcgmi "
                                               "diag -r 2, GEMM per precision, memory bandwidth, host-to-device and "
-                                              "GPU-to-GPU copies; burn-in: not built yet (refused).")] = "quick",
+                                              "GPU-to-GPU copies; burn-in: adds dcgmi diag -r 3 and a sustained GEMM load "
+                                              "(--duration or the profile's accept.burn_in.duration_s) with clocks, "
+                                              "temperatures, throttle reasons, ECC and Xid watched throughout.")]
+           = "quick",
            across: Annotated[bool, typer.Option("--fleet", help="Also an all-reduce across all the hosts (NCCL with "
                                                 "GPUs, gloo without); below its floor, the slow node is searched for "
                                                 "by halving and named with its drain command.")] = False,
@@ -184,7 +187,10 @@ def accept(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet:
            = False,
            timeout: Annotated[int, typer.Option("--timeout", min=10, max=3600, help="Seconds each measurement job "
                                                 "may run on a host before it is killed with its processes.")]
-           = 600) -> None:
+           = 600,
+           duration: Annotated[Optional[int], typer.Option("--duration", help="Seconds of sustained load at --level "
+                                                           "burn-in (10 to 86400); wins over the profile's "
+                                                           "accept.burn_in.duration_s.")] = None) -> None:
     """Measure each node against its GPUs' floors (and price it); changes nothing.
 
     The verify probe, dcgmi diag, all-reduce, GEMM and bandwidth figures judged against the
@@ -193,7 +199,7 @@ def accept(ctx: typer.Context, profile: Profile, inventory: InventoryArg, fleet:
     from provisioner.engine.accept import Request
 
     request = Request(level=level, fleet=across, price_per_hour=price, drain_hook=drain_hook, run_drain=run_drain,
-                      timeout_s=timeout)
+                      timeout_s=timeout, duration_s=duration)
     request.check()  # before any host is touched
     talk_to_hosts(session(ctx), "accept", profile, inventory, fleet.fleet(), accept=request)
 

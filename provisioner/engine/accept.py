@@ -8,7 +8,9 @@ the hosts it names. Everything is judged through judge/accept.py into the one Re
 
 Levels: quick (verify, `dcgmi diag -r 1`, the node all-reduce, the exporter's metric
 contract), standard (adds `dcgmi diag -r 2`, GEMM per precision, memory bandwidth,
-host<->device and GPU<->GPU copies). burn-in is refused: not built yet.
+host<->device and GPU<->GPU copies), burn-in (standard's steps with `dcgmi diag -r 3`, then a
+sustained GEMM load for the profile's accept.burn_in.duration_s or --duration, GPU telemetry
+sampled throughout and Xid events counted before and after; judge/burn_in.py judges it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from provisioner.engine import network as net
 from provisioner.engine.runner import Become, EventHook, run_playbook
 from provisioner.errors import ProvisionError
 from provisioner.judge import accept as accept_judge
+from provisioner.judge import burn_in as burn_in_judge
 from provisioner.judge import cost as cost_mod
 from provisioner.judge import ddp as ddp_judge
 from provisioner.judge.verify import probed_env  # the first PyTorch environment: the one accept_run uses
@@ -30,8 +33,9 @@ from provisioner.reports.report import HostReport, Report
 from provisioner.verdicts.checks import failed, passed, skipped
 
 LEVELS = ("quick", "standard", "burn-in")
-DIAG_LEVEL = {"quick": 1, "standard": 2}
-MEASURE = {"quick": [], "standard": ["gemm", "copies"]}
+DIAG_LEVEL = {"quick": 1, "standard": 2, "burn-in": 3}
+MEASURE = {"quick": [], "standard": ["gemm", "copies"], "burn-in": ["gemm", "copies"]}
+BURN_IN_MAX_S = 86400  # profiles/models.BurnIn's bound, for --duration too
 
 
 @dataclass(frozen=True)
@@ -42,15 +46,23 @@ class Request:
     drain_hook: str | None = None        # the site's drain command ({host}); else Slurm's scontrol
     run_drain: bool = False              # run the drain of a named slow node (else it is printed only)
     timeout_s: int = 600                 # each measurement job's bound (its process group is killed)
+    duration_s: int | None = None        # burn-in's sustained load, seconds (else the profile's accept.burn_in)
 
-    def check(self) -> None:
-        """Refuse what cannot run, before any host is touched."""
-        if self.level == "burn-in":
-            raise ProvisionError("--level burn-in is not built yet (sustained load with clocks, temperatures, "
-                                 "throttle reasons, ECC and Xid watched throughout, dcgmi diag -r 3)",
-                                 where="--level", fix="use --level standard (GEMM, memory, copies, dcgmi diag -r 2)")
+    def check(self, profile=None) -> None:
+        """Refuse what cannot run, before any host is touched (with the profile: what needs it too)."""
         if self.level not in DIAG_LEVEL:
-            raise ProvisionError(f"unknown level {self.level!r}", where="--level", fix="quick or standard")
+            raise ProvisionError(f"unknown level {self.level!r}", where="--level", fix="quick, standard or burn-in")
+        if self.duration_s is not None and self.level != "burn-in":
+            raise ProvisionError("--duration is the burn-in level's sustained load", where="--duration",
+                                 fix="add --level burn-in, or drop --duration")
+        if self.duration_s is not None and not 10 <= self.duration_s <= BURN_IN_MAX_S:
+            raise ProvisionError(f"--duration {self.duration_s} is out of range", where="--duration",
+                                 fix=f"give seconds from 10 to {BURN_IN_MAX_S}")
+        if profile is not None and self.level == "burn-in" and self.burn_in_s(profile) is None:
+            raise ProvisionError("--level burn-in needs a duration: set accept.burn_in.duration_s in the profile, "
+                                 "or give --duration", where="accept.burn_in.duration_s",
+                                 fix="e.g. accept: {burn_in: {duration_s: 3600}} (no default: no NVIDIA or provider "
+                                     "source gives one duration)")
         if (self.drain_hook or self.run_drain) and not self.fleet:
             raise ProvisionError("--drain-hook and --run-drain act on the slow node --fleet names", where="--run-drain",
                                  fix="add --fleet")
@@ -58,10 +70,23 @@ class Request:
             raise ProvisionError(f"--price-per-hour {self.price_per_hour:g} is not a price", where="--price-per-hour",
                                  fix="give what one node costs per hour, e.g. 32")
 
+    def burn_in_s(self, profile) -> int | None:
+        """The burn-in's sustained load in seconds (--duration wins over the profile); None below burn-in."""
+        if self.level != "burn-in":
+            return None
+        return self.duration_s or profile.accept.burn_in.duration_s
+
+
+# `dcgmi diag -r 3` "normally lasting approximately 15 minutes" (NVIDIA, dcgmi diag reference:
+# docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/dcgmi/dcgmi-diag.html), which is
+# the verify role's default bound of 900 s: at burn-in the bound is twice that, so a normal run is not cut.
+DIAG_3_BOUND_S = 1800
+
 
 def verify_extravars(profile, level: str) -> dict:
     """The verify play at the level's `dcgmi diag` run (where the profile installed DCGM)."""
-    return {"gpu_verify_dcgm_diag_level": DIAG_LEVEL[level] if profile.dcgm.enabled else 0}
+    run = DIAG_LEVEL[level] if profile.dcgm.enabled else 0
+    return {"gpu_verify_dcgm_diag_level": run} | ({"gpu_verify_timeout": DIAG_3_BOUND_S} if run == 3 else {})
 
 
 def steps(request: Request) -> tuple[str, ...]:
@@ -149,7 +174,8 @@ def _nodes(request, report, target, inventory_dir, run_dir, hosts, forks, hook, 
     extravars = {"provisioner_accept_port": profile.network.ddp.port, "provisioner_accept_steps": profile.network.ddp.steps,
                  "provisioner_accept_tensor_mib": profile.network.ddp.tensor_mib,
                  "provisioner_accept_measure": MEASURE[request.level] + (["workload"] if workload else []),
-                 "provisioner_accept_timeout": request.timeout_s}
+                 "provisioner_accept_timeout": request.timeout_s,
+                 "provisioner_accept_burn_in": request.burn_in_s(profile) or 0}
     run = run_playbook("accept", inventory_dir, run_dir, limit=",".join(hosts), forks=forks, extravars=extravars,
                        hook=hook, become=become)
     _fold_failures(report, run)
@@ -174,6 +200,10 @@ def _nodes(request, report, target, inventory_dir, run_dir, hosts, forks, hook, 
                                           f"synthetic data, fixed shapes){where}"))
             elif workload:
                 host.checks.append(failed("accept reference workload", "no samples/s came back"))
+        if "burn_in" in measured:
+            checks, summary = burn_in_judge.judge_burn_in(measured.get("burn_in"))
+            host.checks.extend(checks)
+            report.accept.setdefault("burn_in", {})[name] = summary
     if workload:
         report.accept["cost"] = {"per_hour": price, "nodes": [c.as_dict() for c in costs],
                                  "fleet": cost_mod.fleet(costs).as_dict() if costs else None}

@@ -226,7 +226,7 @@ def execute(
                              fix="add --batch 1 (one host at a time) or --batch 10%")
     if command == "accept":
         accept = accept or accept_mod.Request()
-        accept.check()
+        accept.check(target.loaded.profile)
         if accept.fleet:
             from provisioner.engine.network import switches, test_address
 

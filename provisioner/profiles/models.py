@@ -443,9 +443,20 @@ class AcceptFloors(Strict):
                                            "GB/s; below it the slow node is searched for")
 
 
+class BurnIn(Strict):
+    """`provision accept --level burn-in`: how long the sustained load runs. No default: no
+    NVIDIA or provider source we found gives one duration, so the profile (or --duration) says."""
+    duration_s: int | None = Field(
+        None, ge=10, le=86400, description="seconds of sustained GEMM load per node at --level burn-in, with GPU "
+                                           "clocks, temperatures, throttle reasons and ECC sampled throughout and Xid "
+                                           "events counted before and after (--duration wins); unset: burn-in is "
+                                           "refused until one is given")
+
+
 class Accept(Strict):
     """Acceptance: measured throughput judged against floors (docs/acceptance.md)."""
     floors: AcceptFloors = Field(default_factory=AcceptFloors, description="the profile's own floors per measurement")
+    burn_in: BurnIn = Field(default_factory=BurnIn, description="the burn-in level's sustained load (its duration)")
 
 
 class Cost(Strict):

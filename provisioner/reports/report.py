@@ -10,7 +10,10 @@ JSON shape (stable; new keys may be added, none removed or renamed):
   "rollout": null, or for a rolling up: {"batch": "1", "batches": [["n1"], ["n2"]], "done": [...], "failed": [...],
               "untouched": [...], "stopped_at": 2 or null, "resume_command": "provision up ... (without --limit)",
               "hooks": {"drain": "CMD", "undrain": "CMD", "gate": "CMD"}, "hook_timeout": 600},
-  "accept": null, or for `provision accept`: {"level": "quick|standard", "cost": {"per_hour": 32.0,
+  "accept": null, or for `provision accept`: {"level": "quick|standard|burn-in", "burn_in": {host: {"device": "gpu|cpu",
+             "seconds", "load_tflops": {label: TFLOPS}, "telemetry": "sampled" or why not, "samples", "temperature_c":
+             {"min", "max"}, "sm_clock_fraction_min", "throttle_reasons": {reason: samples}, "xids": [{"xid", "pci",
+             "message"}], "ecc_uncorrected_delta": {gpu: n}}} (burn-in only), "cost": {"per_hour": 32.0,
              "nodes": [{"name", "samples_per_s", "per_hour", "samples_per_s_per_dollar_hour",
              "dollars_per_million_samples"}], "fleet": {the same} or null} or null,
              "fleet": {"busbw_gbps", "floor_gbps", "finding": engine/bisect.Finding.as_dict(), "drain": CMD or null,
@@ -186,6 +189,11 @@ class Report:
                 lines.append(f"  {row['name']}: {row['samples_per_s']:g} samples/s, ${row['per_hour']:g}/h, index "
                              f"{row['samples_per_s_per_dollar_hour']:g}, ${row['dollars_per_million_samples']:g} per "
                              "million samples")
+        for host, burn in sorted((a.get("burn_in") or {}).items()):
+            try:  # a report read back is untrusted: a malformed summary is said, not a traceback
+                lines.append(f"burn-in {host}: " + burn_in_line(burn))
+            except (AttributeError, TypeError, ValueError):
+                lines.append(f"burn-in {host}: the summary is malformed")
         fleet = a.get("fleet")
         if fleet and fleet.get("busbw_gbps") is not None:
             finding = fleet.get("finding") or {}
@@ -310,3 +318,18 @@ def load(run_dir: Path) -> Report:
     path = Path(run_dir).expanduser()
     report.run_dir = (path.parent if path.is_file() else path).resolve()
     return report
+
+
+def burn_in_line(burn: dict) -> str:
+    """One host's burn-in summary in a line (judge/burn_in.summarize's fields)."""
+    head = f"{burn.get('seconds') or 0:g} s of load on the {burn.get('device') or '?'}"
+    if burn.get("telemetry") != "sampled":
+        return f"{head}; telemetry {burn.get('telemetry') or 'not run'}"
+    temp = burn.get("temperature_c") or {"min": float("nan"), "max": float("nan")}
+    frac = burn.get("sm_clock_fraction_min")
+    reasons = ", ".join(f"{k} ({v})" for k, v in sorted((burn.get("throttle_reasons") or {}).items())) or "none"
+    delta = sum((burn.get("ecc_uncorrected_delta") or {}).values())
+    return (f"{head}; {burn.get('samples')} sample(s), temperature {temp['min']:g}-{temp['max']:g} C, "
+            f"lowest SM clock {'?' if frac is None else f'{100 * frac:.0f}%'} of max, reasons {reasons}, "
+            f"new Xids {len(burn.get('xids') or [])}, uncorrected ECC +{delta}")
+

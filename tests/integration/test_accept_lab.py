@@ -2,7 +2,10 @@
 converged image of tests/data/profiles/lab-ddp.yml (the driver packages, the CPU torch wheel in
 a venv owned by the login user): the CPU versions run and are labelled not judged against a
 GPU, the state record and the package database are unchanged afterwards, and a measurement job
-killed at its bound ends the run with a clear verdict, nothing left running, no listener.
+killed at its bound ends the run with a clear verdict, nothing left running, no listener. The
+burn-in level runs its sustained load for real (the CPU GEMM, 20 s) through the accept play; what
+it cannot prove here: GPU telemetry, Xids, ECC and `dcgmi diag -r 3` (no GPU, no DCGM: the judges
+of those are tested on real captures in tests/test_accept_burn_in.py).
 
     sudo .venv/bin/pytest -q tests/integration/test_accept_lab.py   # a few minutes
 """
@@ -103,16 +106,18 @@ def test_accept_quick_with_fleet_runs_the_cpu_versions_labelled_and_changes_noth
         assert _left_behind(name) == [], name
 
 
-def test_accept_standard_with_a_job_killed_at_its_bound_ends_clearly_leaving_nothing(lab, tmp_path: Path):
-    """The reference workload (priced) takes minutes on two shared CPU cores: with a 30 s bound
-    the measurement job is killed midway, after the GEMM and copy figures it wrote."""
+def test_accept_burn_in_with_a_job_killed_at_its_bound_ends_clearly_leaving_nothing(lab, tmp_path: Path):
+    """Burn-in runs standard's steps first: the reference workload (priced) takes minutes on two
+    shared CPU cores, so with a 30 s bound the measurement job is killed midway, after the GEMM
+    and copy figures it wrote; then the 20 s sustained CPU load runs to its end."""
     names = [h.name for h in lab.hosts]
     before = {n: _record(n) for n in names}
     started = time.monotonic()
-    report = _accept(PROFILE, lab, tmp_path, accept.Request(level="standard", price_per_hour=2.0, timeout_s=30))
+    report = _accept(PROFILE, lab, tmp_path, accept.Request(level="burn-in", duration_s=20, price_per_hour=2.0,
+                                                           timeout_s=30))
     took = time.monotonic() - started
     checks = {h.name: {c.name: c for c in h.checks} for h in report.hosts}
-    print(f"accept --level standard --price-per-hour 2 --timeout 30, 2 lab hosts: {took:.1f} s\n" + "\n".join(
+    print(f"accept --level burn-in --duration 20 --price-per-hour 2 --timeout 30, 2 lab hosts: {took:.1f} s\n" + "\n".join(
         f"{n} {c.name}: {c.status}: {c.detail}" for n, cs in checks.items() for c in cs.values()
         if c.name.startswith("accept")))
     assert report.exit_code == 2 and not report.interrupted
@@ -123,8 +128,15 @@ def test_accept_standard_with_a_job_killed_at_its_bound_ends_clearly_leaving_not
         assert mine["accept reference workload"].status == "fail"
         gemm = mine.get("accept gemm_fp32_tflops")
         assert gemm is None or (gemm.status == "skip" and "not judged against a GPU" in gemm.detail)
+        load = mine["accept burn-in"]
+        assert load.status == "skip" and "sustained CPU GEMM for 2" in load.detail, load.detail
+        assert "not judged against a GPU" in load.detail
+        assert mine["accept burn-in telemetry"].detail == "not run: no GPU"
+        summary = report.accept["burn_in"][name]
+        assert summary["device"] == "cpu" and summary["seconds"] >= 20 and summary["load_tflops"]["cpu"] > 0
+        assert summary["telemetry"] == "not run: no GPU"
         assert _record(name) == before[name], name
         assert _left_behind(name) == [], name
     assert report.accept["cost"]["nodes"] == [] and report.accept["cost"]["fleet"] is None
-    # Bounded: the verify play, the all-reduce job and the measurement job (30 s each at most), on a busy machine.
-    assert took < 240, took
+    # Bounded: the verify play, the all-reduce and measurement jobs (30 s each at most), the 20 s burn-in.
+    assert took < 270, took

@@ -7,7 +7,11 @@ transformer, synthetic data, fixed shapes, bf16 autocast) in samples/s. Without 
 same steps run on the CPU, marked device "cpu": not judged against a GPU. The file is
 written after every figure, so a run killed midway keeps what it measured.
 
-Usage: python accept_measure.py OUT.json [--only gemm,copies,allreduce,workload]
+--burn-in SECONDS (`provision accept --level burn-in`): a sustained GEMM load on every GPU (bf16,
+8192x8192, launched on each device in turn) or, without one, on the CPU (fp32), for that long;
+the figures so far are written every few seconds.
+
+Usage: python accept_measure.py OUT.json [--only gemm,copies,allreduce,workload | --burn-in SECONDS]
 """
 
 from __future__ import annotations
@@ -107,6 +111,41 @@ def allreduce_one_rank(device: str) -> dict:
 STEPS = ("gemm", "copies", "allreduce", "workload")
 
 
+def burn_in(path: str, seconds: float) -> int:
+    gpu = torch.cuda.is_available()
+    devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if gpu else ["cpu"]
+    size, dtype = (8192, torch.bfloat16) if gpu else (512, torch.float32)
+    pairs = {d: (torch.randn(size, size, device=d, dtype=dtype), torch.randn(size, size, device=d, dtype=dtype))
+             for d in devices}
+    label = {d: f"GPU {d.split(':')[1]}" if gpu else "cpu" for d in devices}
+    done = dict.fromkeys(devices, 0)
+    out = {"provision_accept": 1, "device": "gpu" if gpu else "cpu",
+           "gpu": torch.cuda.get_device_name(0) if gpu else "", "gpus": len(devices) if gpu else 0,
+           "measurements": {}, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "burn_in": {"device": "gpu" if gpu else "cpu", "seconds": 0.0, "tflops": {}, "iterations": {}}}
+    start = last = time.perf_counter()
+    while True:
+        for d in devices:  # asynchronous launches: every GPU busy at once
+            a, b = pairs[d]
+            for _ in range(8):
+                a @ b
+            done[d] += 8
+        for d in devices if gpu else []:
+            torch.cuda.synchronize(d)
+        now = time.perf_counter()
+        if now - last >= 5 or now - start >= seconds:
+            last = now
+            elapsed = now - start
+            out["burn_in"].update(seconds=round(elapsed, 1), iterations={label[d]: n for d, n in done.items()},
+                                  tflops={label[d]: round(2 * size**3 * n / elapsed / 1e12, 4) for d, n in done.items()})
+            with open(path, "w") as fh:
+                json.dump(out, fh, indent=1)
+        if now - start >= seconds:
+            break
+    print(json.dumps(out))
+    return 0
+
+
 def main(path: str, only: tuple[str, ...] = STEPS) -> int:
     gpu = torch.cuda.is_available()
     count = torch.cuda.device_count() if gpu else 0
@@ -150,6 +189,8 @@ def main(path: str, only: tuple[str, ...] = STEPS) -> int:
 if __name__ == "__main__":
     args = sys.argv[1:]
     chosen = STEPS
+    if len(args) == 3 and args[1] == "--burn-in" and args[2].isdigit():
+        sys.exit(burn_in(args[0], int(args[2])))
     if len(args) == 3 and args[1] == "--only":
         chosen = tuple(s for s in args[2].split(",") if s in STEPS)
     elif len(args) != 1:

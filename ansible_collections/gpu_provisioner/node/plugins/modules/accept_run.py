@@ -5,8 +5,10 @@
 collection's ddp_smoke.py with one rank per GPU, on loopback: NCCL with GPUs, two gloo ranks
 without)
 and (2) the collection's accept_measure.py for the steps asked (GEMM, copies, the reference
-workload). Each job runs in its own process group and is killed with it after `timeout`
-seconds; its output folder is removed whatever happened. Nothing is installed or changed."""
+workload), and (3) at burn-in, accept_measure.py's sustained GEMM load for `burn_in` seconds
+with nvidia-smi sampled every few seconds (before, during, after) and the kernel log's Xid lines
+read before and after. Each job runs in its own process group and is killed with it at its
+bound; its output folder is removed whatever happened. Nothing is installed or changed."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ description:
   - This host's part of C(provision accept), run in the profile's Python environment as its owner.
   - An all-reduce across this node's GPUs (torchrun of the collection's ddp_smoke.py, one rank per GPU, on
     loopback; two gloo ranks without GPUs), then the collection's accept_measure.py for the steps asked.
-  - Each job runs in its own process group, killed with it after O(timeout) seconds; its output folder is
-    removed whatever happened. Nothing is installed or changed.
+  - At burn-in (O(burn_in) > 0), accept_measure.py's sustained GEMM load for that many seconds, nvidia-smi
+    sampled every O(sample_every) seconds before, during and after it, and the kernel log's Xid lines read
+    before and after.
+  - Each job runs in its own process group, killed with it after O(timeout) seconds (the burn-in after
+    O(burn_in) + O(timeout)); its output folder is removed whatever happened. Nothing is installed or changed.
 options:
   scripts_dir:
     type: path
@@ -53,6 +58,14 @@ options:
     type: int
     default: 300
     description: Seconds each job may run before its whole process group is killed.
+  burn_in:
+    type: int
+    default: 0
+    description: Seconds of sustained GEMM load (burn-in); 0, none.
+  sample_every:
+    type: int
+    default: 5
+    description: Seconds between two nvidia-smi samples during the burn-in.
   facts_dir:
     type: path
     default: /etc/ansible/facts.d
@@ -72,7 +85,9 @@ RETURN = r"""
 provisioner_accept:
   description: >-
     allreduce (rc, results, stderr, seconds, timed_out, job_timeout, nproc_per_node, gpus, interface),
-    measure (rc, data: the accept measurements capture, stderr, seconds, timed_out, job_timeout, steps), owner.
+    measure (rc, data: the accept measurements capture, stderr, seconds, timed_out, job_timeout, steps),
+    burn_in (rc, data, stderr, seconds, timed_out, job_timeout, samples (phase, csv), sampler (why not sampled,
+    or null), kernel_log (read, why, new: the Xid lines that appeared)), owner.
   type: dict
 """
 
@@ -94,15 +109,24 @@ from ansible_collections.gpu_provisioner.node.plugins.module_utils.owned_env imp
 MEASURE_STEPS = ("gemm", "copies", "workload")
 
 
-def bounded(argv: list[str], timeout: float, **popen) -> dict:
+def bounded(argv: list[str], timeout: float, tick=None, every: float = 5, **popen) -> dict:
     """Run argv in its own process group; after `timeout` seconds the whole group is killed
-    (TERM, then KILL), and nothing of it outlives this call whatever happened."""
+    (TERM, then KILL), and nothing of it outlives this call whatever happened. `tick`, when
+    given, is called every `every` seconds while the job runs (burn-in's sampler)."""
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True, **popen)
     timed_out = False
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        while True:  # communicate may be called again after its time-out (the output is kept)
+            left = started + timeout - time.monotonic()
+            try:
+                stdout, stderr = proc.communicate(timeout=max(0.0, min(left, every if tick else left)))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= started + timeout:
+                    raise
+                tick()
     except subprocess.TimeoutExpired:
         timed_out = True
         with contextlib.suppress(OSError):
@@ -150,6 +174,94 @@ def gpu_count() -> int:
     return len(re.findall(r"^GPU \d+:", r.stdout, re.M)) if r.returncode == 0 else 0
 
 
+SAMPLE_FIELDS = ("index,clocks.current.sm,clocks.max.sm,temperature.gpu,power.draw,{reasons},"
+                 "ecc.errors.uncorrected.volatile.total")
+# The throttle bitmask's name: clocks_event_reasons.active in newer drivers, clocks_throttle_reasons.active in
+# older ones; an unknown field fails the whole query, so the first that answers is kept.
+REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+
+
+class Sampler:
+    """nvidia-smi's --query-gpu CSV (with its header: it names the columns) once per call,
+    each call bounded; `why` says why nothing is sampled (no GPU, no nvidia-smi, refused)."""
+
+    def __init__(self, gpus: int):
+        self.samples: list[dict] = []
+        self.smi = shutil.which("nvidia-smi", path="/usr/bin:/bin:/usr/local/nvidia/bin")
+        self.why = None if gpus and self.smi else "not run: no GPU" if not gpus else "not run: no nvidia-smi"
+        self.fields = None
+        self.started = time.monotonic()
+
+    def sample(self, phase: str) -> None:
+        if self.why:
+            return
+        for reasons in [self.fields] if self.fields else REASON_FIELDS:
+            fields = SAMPLE_FIELDS.format(reasons=reasons)
+            try:
+                r = subprocess.run([self.smi, f"--query-gpu={fields}", "--format=csv,nounits"], capture_output=True,
+                                   text=True, check=False, timeout=30)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                self.samples.append({"phase": phase, "t": self._t(), "csv": "", "error": f"nvidia-smi: {exc}"})
+                return
+            if r.returncode == 0:
+                self.fields = reasons
+                self.samples.append({"phase": phase, "t": self._t(), "csv": r.stdout[-20000:]})
+                return
+        said = (r.stdout + r.stderr).strip()[-300:]
+        if self.fields:  # it answered before: a GPU lost during the load is evidence, kept as such
+            self.samples.append({"phase": phase, "t": self._t(), "csv": "", "error": f"exit {r.returncode}: {said}"})
+        elif not self.samples:
+            self.why = f"not run: nvidia-smi refused the query: {said}"
+
+    def _t(self) -> float:
+        return round(time.monotonic() - self.started, 1)
+
+
+def xid_lines(timeout: int = 30) -> tuple[list[str] | None, str]:
+    """The kernel log's Xid lines since boot (journalctl -k -b, else dmesg), or None and why not."""
+    why = ""
+    for argv in (["journalctl", "-k", "-b", "-o", "short-iso", "--no-pager", "-q"], ["dmesg", "--time-format", "iso"]):
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = f"{argv[0]}: {exc}"
+            continue
+        if r.returncode == 0 and r.stdout.strip():
+            return [line for line in r.stdout.splitlines() if "NVRM: Xid" in line], ""
+        why = f"{argv[0]} exited {r.returncode}: {r.stderr.strip()[-200:] or 'no output'}"
+    return None, why
+
+
+def burn_in(python: str, scripts: str, seconds: int, timeout: int, every: int, gpus: int, child: dict) -> dict:
+    """The sustained load, sampled before, during and after, with the Xid lines it added."""
+    before, why = xid_lines()
+    sampler = Sampler(gpus)
+    sampler.sample("before")
+    folder = tempfile.mkdtemp(prefix="provisioner-accept-out.")
+    try:
+        if child.get("user") is not None:
+            os.chown(folder, child["user"], child["group"])
+        path = os.path.join(folder, "burn_in.json")
+        job = bounded([python, os.path.join(scripts, "accept_measure.py"), path, "--burn-in", str(seconds)],
+                      seconds + timeout, tick=lambda: sampler.sample("load"), every=every, **child)
+        job.pop("stdout")
+        try:  # written every few seconds: a job killed midway keeps what it measured
+            with open(path) as f:
+                job["data"] = json.load(f)
+        except (OSError, ValueError):
+            job["data"] = None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    sampler.sample("after")
+    after, why_after = xid_lines()
+    if before is None or after is None:
+        kernel = {"read": False, "why": why or why_after, "new": ""}
+    else:
+        seen = set(before)
+        kernel = {"read": True, "why": "", "new": "\n".join(line for line in after if line not in seen)[-20000:]}
+    return dict(job, samples=sampler.samples, sampler=sampler.why, kernel_log=kernel, burn_in_s=seconds)
+
+
 def allreduce_argv(python: str, scripts: str, nproc: int, port: int, steps: int, tensor_mib: int,
                    timeout: int) -> list[str]:
     """One node, one rank per GPU: torchrun (ddp_launch.py) with its store bound to 127.0.0.1."""
@@ -170,6 +282,8 @@ def main():
         "tensor_mib": {"type": "int", "default": 16},
         "measure": {"type": "list", "elements": "str", "default": []},
         "timeout": {"type": "int", "default": 300},
+        "burn_in": {"type": "int", "default": 0},
+        "sample_every": {"type": "int", "default": 5},
         "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
     }, supports_check_mode=True)
     p = module.params
@@ -219,6 +333,9 @@ def main():
             out["measure"] = dict(job, steps=p["measure"])
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+    if p["burn_in"] > 0:
+        out["burn_in"] = burn_in(python, p["scripts_dir"], p["burn_in"], p["timeout"], max(1, p["sample_every"]),
+                                 gpus, child)
     module.exit_json(changed=False, provisioner_accept=out)
 
 
