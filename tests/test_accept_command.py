@@ -176,7 +176,8 @@ def _search(bad: set[str], racks: dict[str, list[str]]):
     from provisioner.engine import bisect
 
     hosts = [h for members in racks.values() for h in members]
-    return hosts, bisect.find_slow(hosts, 100.0, lambda chosen: 40.0 if bad & set(chosen) else 130.0, groups=racks)
+    return hosts, bisect.find_slow(hosts, 100.0, lambda sets: [40.0 if bad & set(s) else 130.0 for s in sets],
+                                   groups=racks)
 
 
 def test_a_slow_switch_fails_on_each_of_its_hosts_without_a_drain(tmp_path: Path):
