@@ -190,6 +190,22 @@ def _fleet_busbw(job_results: dict[str, dict | None]) -> float:
     return min(values, default=0.0)
 
 
+def round_plan(sets: list[list[str]], addresses: dict[str, str], port: int) -> dict[str, dict]:
+    """Each host's part of one round's all-reduces (the ddp play's provisioner_ddp_plan): each
+    set its own job, its rendezvous on its first host's address under test. Sets share no host,
+    so their stores listen on different hosts and all use `port` (network.ddp.port, the one a
+    site opens for the job); only sets whose first hosts share an address (names for one
+    machine) take the ports after it, so two stores never meet on one address and port."""
+    plan, taken = {}, {}
+    for chosen in sets:
+        master = addresses[chosen[0]]
+        taken[master] = taken.get(master, -1) + 1
+        plan.update({h: {"nnodes": len(chosen), "node_rank": rank, "master_addr": master,
+                         "master_port": port + taken[master], "local_addr": addresses[h]}
+                     for rank, h in enumerate(chosen)})
+    return plan
+
+
 def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become) -> None:
     profile = target.loaded.profile
     if len(hosts) < 2:
@@ -206,14 +222,9 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
     first: dict[str, dict | None] = {}
 
     def measure_round(sets: list[list[str]]) -> list[float]:
-        """One round, one ddp play: each host set its own all-reduce, side by side (its own
-        rendezvous on its first host, its own ranks). The sets share no host, so each store
-        listens on a different host's address and all of them can use network.ddp.port, the
-        one port a site opens for the job."""
+        """One round, one ddp play: each host set its own all-reduce, side by side."""
         rounds[0] += 1
-        plan = {h: {"nnodes": len(chosen), "node_rank": rank, "master_addr": addresses[chosen[0]],
-                    "master_port": ddp.port, "local_addr": addresses[h]}
-                for chosen in sets for rank, h in enumerate(chosen)}
+        plan = round_plan(sets, addresses, ddp.port)
         extravars = {"provisioner_ddp_plan": plan, "provisioner_ddp_timeout": ddp.timeout_s,
                      "provisioner_ddp_steps": ddp.steps, "provisioner_ddp_tensor_mib": ddp.tensor_mib}
         # Every host of the round joins its rendezvous at once: as many forks as hosts.
