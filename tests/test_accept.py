@@ -173,12 +173,18 @@ FLOOR = 100.0
 
 def _simulated(bad: set[str], rng: random.Random, noise: float = 0.08, slow_link: tuple[set, set] | None = None):
     """A fleet where any all-reduce that includes a bad host (or crosses a slow link) runs at 40%
-    of the floor and a healthy one at 130%, each reading off by a gaussian `noise` (hand-made model)."""
-    def measure(hosts):
-        crosses = slow_link and set(hosts) & slow_link[0] and set(hosts) & slow_link[1]
-        base = 0.4 * FLOOR if bad & set(hosts) or crosses else 1.3 * FLOOR
-        return max(0.0, rng.gauss(base, noise * FLOOR))
-    return measure
+    of the floor and a healthy one at 130%, each reading off by a gaussian `noise` (hand-made model).
+    One call measures one round: its host sets side by side, which must not share a host."""
+    def measure_round(sets):
+        flat = [h for chosen in sets for h in chosen]
+        assert sets and len(flat) == len(set(flat)), sets
+        values = []
+        for chosen in sets:
+            crosses = slow_link and set(chosen) & slow_link[0] and set(chosen) & slow_link[1]
+            base = 0.4 * FLOOR if bad & set(chosen) or crosses else 1.3 * FLOOR
+            values.append(max(0.0, rng.gauss(base, noise * FLOOR)))
+        return values
+    return measure_round
 
 
 @pytest.mark.parametrize("n", [4, 8, 13, 32])
@@ -312,8 +318,17 @@ def test_network_switch_groups_the_fleet_from_the_inventory(tmp_path: Path):
     assert bad.value.where.endswith("hosts.ini:2")
 
 
-def test_each_round_keeps_its_figures_as_evidence():
-    result = bisect.find_slow([f"n{i}" for i in range(8)], FLOOR, _simulated({"n5"}, random.Random(3)))
+def test_each_round_is_measured_at_once_and_keeps_its_figures_as_evidence():
+    simulated, calls = _simulated({"n5"}, random.Random(3)), []
+
+    def measure_round(sets):
+        calls.append([list(s) for s in sets])
+        return simulated(sets)
+
+    result = bisect.find_slow([f"n{i}" for i in range(8)], FLOOR, measure_round)
+    assert [[list(m.hosts) for m in r] for r in result.rounds] == calls  # one call per round, its sets in order
+    with pytest.raises(ValueError, match="gave 1 figure"):
+        bisect.find_slow(["a", "b", "c", "d"], FLOOR, lambda sets: [40.0])
     rounds = result.as_dict()["rounds"]
     assert len(rounds) == 5 and rounds[0][0]["short"] and len(rounds[0][0]["hosts"]) == 8
     assert all(isinstance(m["busbw_gbps"], float) for r in rounds for m in r)

@@ -152,6 +152,19 @@ def test_the_fleet_figure_is_the_slowest_rank_and_a_host_whose_part_failed_count
     assert accept._fleet_busbw({"a": part(3.5), "b": None}) == 0.0
 
 
+def test_a_round_plan_gives_each_host_set_its_own_job_and_never_one_address_and_port_twice():
+    addresses = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3", "d": "10.0.0.4", "x": "10.0.0.9", "y": "10.0.0.9"}
+    plan = accept.round_plan([["a", "b", "c"], ["d", "x"]], addresses, 29600)
+    assert plan["c"] == {"nnodes": 3, "node_rank": 2, "master_addr": "10.0.0.1", "master_port": 29600,
+                         "local_addr": "10.0.0.3"}
+    assert plan["x"] == {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.4", "master_port": 29600,
+                         "local_addr": "10.0.0.9"}  # a store on another host: the same port
+    # Two names for one machine lead two sets: the second store takes the next port.
+    shared = accept.round_plan([["x", "a"], ["y", "b"]], addresses, 29600)
+    assert [(shared[h]["master_addr"], shared[h]["master_port"]) for h in "ab"] == [("10.0.0.9", 29600),
+                                                                                   ("10.0.0.9", 29601)]
+
+
 def test_the_node_allreduce_rendezvous_listens_on_loopback_only():
     argv = load_module("accept_run").allreduce_argv("/opt/venvs/t/bin/python", "/tmp/s", 8, 29600, 5, 16, 60)
     assert argv[argv.index("--master-addr") + 1] == argv[argv.index("--local-addr") + 1] == "127.0.0.1"
@@ -176,7 +189,8 @@ def _search(bad: set[str], racks: dict[str, list[str]]):
     from provisioner.engine import bisect
 
     hosts = [h for members in racks.values() for h in members]
-    return hosts, bisect.find_slow(hosts, 100.0, lambda chosen: 40.0 if bad & set(chosen) else 130.0, groups=racks)
+    return hosts, bisect.find_slow(hosts, 100.0, lambda sets: [40.0 if bad & set(s) else 130.0 for s in sets],
+                                   groups=racks)
 
 
 def test_a_slow_switch_fails_on_each_of_its_hosts_without_a_drain(tmp_path: Path):

@@ -3,8 +3,8 @@ which node of a fleet is slow. It installs and changes nothing: the verify play 
 diag` at the level's run), then per node the accept play (the all-reduce across the node's
 GPUs and, at standard, the torch measurements, in the profile's environment as its owner,
 each job bounded), then with `fleet` one all-reduce across the hosts (the ddp play) and, when
-it falls short of its floor, the slow-node search (engine/bisect.py), each round a ddp play on
-the hosts it names. Everything is judged through judge/accept.py into the one Report.
+it falls short of its floor, the slow-node search (engine/bisect.py), each round one ddp play
+(its host sets' all-reduces side by side). Everything is judged through judge/accept.py into the one Report.
 
 Levels: quick (verify, `dcgmi diag -r 1`, the node all-reduce, the exporter's metric
 contract), standard (adds `dcgmi diag -r 2`, GEMM per precision, memory bandwidth,
@@ -220,6 +220,22 @@ def _fleet_busbw(job_results: dict[str, dict | None]) -> float:
     return min(values, default=0.0)
 
 
+def round_plan(sets: list[list[str]], addresses: dict[str, str], port: int) -> dict[str, dict]:
+    """Each host's part of one round's all-reduces (the ddp play's provisioner_ddp_plan): each
+    set its own job, its rendezvous on its first host's address under test. Sets share no host,
+    so their stores listen on different hosts and all use `port` (network.ddp.port, the one a
+    site opens for the job); only sets whose first hosts share an address (names for one
+    machine) take the ports after it, so two stores never meet on one address and port."""
+    plan, taken = {}, {}
+    for chosen in sets:
+        master = addresses[chosen[0]]
+        taken[master] = taken.get(master, -1) + 1
+        plan.update({h: {"nnodes": len(chosen), "node_rank": rank, "master_addr": master,
+                         "master_port": port + taken[master], "local_addr": addresses[h]}
+                     for rank, h in enumerate(chosen)})
+    return plan
+
+
 def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become) -> None:
     profile = target.loaded.profile
     if len(hosts) < 2:
@@ -235,20 +251,20 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
     rounds: list[int] = [0]
     first: dict[str, dict | None] = {}
 
-    def measure(chosen) -> float:
-        chosen = list(chosen)
+    def measure_round(sets: list[list[str]]) -> list[float]:
+        """One round, one ddp play: each host set its own all-reduce, side by side."""
         rounds[0] += 1
-        plan = {h: {"nnodes": len(chosen), "node_rank": rank, "master_addr": addresses[chosen[0]],
-                    "master_port": ddp.port, "local_addr": addresses[h]} for rank, h in enumerate(chosen)}
+        plan = round_plan(sets, addresses, ddp.port)
         extravars = {"provisioner_ddp_plan": plan, "provisioner_ddp_timeout": ddp.timeout_s,
                      "provisioner_ddp_steps": ddp.steps, "provisioner_ddp_tensor_mib": ddp.tensor_mib}
-        run = run_playbook("ddp", inventory_dir, run_dir, limit=",".join(chosen), forks=len(chosen),
+        # Every host of the round joins its rendezvous at once: as many forks as hosts.
+        run = run_playbook("ddp", inventory_dir, run_dir, limit=",".join(plan), forks=len(plan),
                            extravars=extravars, hook=hook, become=become, ident=f"fleet-{rounds[0]}")
-        jobs = {h: (run.hosts[h].reported.get("provisioner_ddp") if h in run.hosts else None) for h in chosen}
+        jobs = {h: (run.hosts[h].reported.get("provisioner_ddp") if h in run.hosts else None) for h in plan}
         if not first:
             first.update(jobs)
             _fold_failures(report, run)
-        return _fleet_busbw(jobs)
+        return [_fleet_busbw({h: jobs[h] for h in chosen}) for chosen in sets]
 
     gpus = profile.hardware.gpu.count
     cut = skus.floor(profile, profile.hardware.gpu.model or "", gpus, "fleet_allreduce_busbw_gbps")
@@ -256,7 +272,7 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
                     "drain_rc": None}
     report.accept = dict(report.accept or {}, fleet=record)
     if cut.value is None:  # uncalibrated: one all-reduce, reported, never a search that could drain a host
-        busbw = measure(hosts)
+        (busbw,) = measure_round([hosts])
         record["busbw_gbps"] = busbw
         for name in hosts:
             host = _host(report, name)
@@ -267,7 +283,7 @@ def _fleet(request, report, target, inventory_dir, run_dir, hosts, hook, become)
                                                  f"{accept_judge.UNCALIBRATED}: {cut.basis}")])
         return
     groups = net.switches(target.inventory, hosts)
-    finding = bisect.find_slow(hosts, cut.value, measure, groups=groups)
+    finding = bisect.find_slow(hosts, cut.value, measure_round, groups=groups)
     report_finding(report, record, finding, hosts, groups, f"{cut.value:g} GB/s ({cut.basis})", request, run_dir)
 
 

@@ -1,11 +1,13 @@
 """Finding the slow node of a fleet: when an all-reduce across the hosts falls short of its
 floor, halve the suspects until one host (or the link between groups of hosts) is left, then
-confirm it before naming it. Pure logic around a `measure(hosts) -> bus bandwidth` callable,
-so the search is tested with simulated measurements and runs unchanged over real ones.
+confirm it before naming it. Pure logic around a `measure_round([hosts, ...]) -> [bus bandwidth,
+...]` callable, so the search is tested with simulated measurements and runs unchanged over real
+ones.
 
 Rounds: the whole fleet (1), one halving per round (ceil(log2 N)), one confirmation (1): at
-most ceil(log2 N) + 2. The measurements of one round use disjoint hosts, so they can run at
-once. After the first halving a suspect half is always measured together with hosts already
+most ceil(log2 N) + 2. The measurements of one round use disjoint hosts, so a round is one call
+of `measure_round` with its host sets, which runs their all-reduces side by side (one ddp play
+per round, engine/accept.py). After the first halving a suspect half is always measured together with hosts already
 cleared, so every measurement is an all-reduce across two or more hosts. A host is named only
 when its group fell short in the search AND again in the confirmation while cleared hosts alone
 met the floor, and every reading agrees (each all-reduce with it short, each without it not); anything else (both halves short, neither short, a confirmation that disagrees)
@@ -30,7 +32,8 @@ from provisioner.engine import rolling
 from provisioner.engine.network import _HOSTNAME
 from provisioner.errors import ProvisionError
 
-Measure = Callable[[Sequence[str]], float]
+# One round: disjoint host sets in, one bus bandwidth (GB/s) per set out, in their order.
+MeasureRound = Callable[[list[list[str]]], Sequence[float]]
 
 
 @dataclass(frozen=True)
@@ -71,17 +74,20 @@ def _flat(units: list[list[str]]) -> list[str]:
     return [h for unit in units for h in unit]
 
 
-def find_slow(hosts: Sequence[str], floor_gbps: float, measure: Measure,
+def find_slow(hosts: Sequence[str], floor_gbps: float, measure_round: MeasureRound,
               groups: dict[str, list[str]] | None = None) -> Finding:
     """`groups`: the inventory's grouping by rack or switch (group -> hosts), or None."""
     hosts = list(hosts)
     finding = Finding("inconclusive", floor_gbps=floor_gbps)
 
     def run(*sets: Sequence[str]) -> list[Measured]:
-        measured = []
-        for chosen in sets:
-            value = float(measure(list(chosen)))
-            measured.append(Measured(tuple(chosen), value, value < floor_gbps))
+        chosen = [list(s) for s in sets]
+        if len(set(_flat(chosen))) != len(_flat(chosen)):  # side by side: no host in two all-reduces
+            raise ValueError(f"one round's host sets overlap: {chosen}")
+        values = [float(v) for v in measure_round(chosen)]
+        if len(values) != len(chosen):
+            raise ValueError(f"measure_round gave {len(values)} figure(s) for {len(chosen)} host set(s)")
+        measured = [Measured(tuple(s), v, v < floor_gbps) for s, v in zip(chosen, values)]
         finding.rounds.append(measured)
         return measured
 
