@@ -42,7 +42,9 @@ from provisioner.engine import accept, bisect, commands
 from . import labtools
 from .labtools import podman
 
-pytestmark = [pytest.mark.lab, pytest.mark.extended]  # CI leaves it out for time (344 s measured, allowance 240): make test-extended
+# In CI (lab shard 2, beside test_accept_lab, whose lab-ddp image it shares): 344 s measured
+# at load 8-15, over issue 31's 240 s allowance; the whole run stays within its 60 minutes.
+pytestmark = pytest.mark.lab
 
 if os.geteuid() != 0 or shutil.which("podman") is None or shutil.which("nsenter") is None \
         or shutil.which("tc") is None:
