@@ -224,7 +224,8 @@ def report(name: str, results: list[dict]) -> None:
             print(f"      {seconds:7.1f} s  {role}")
     apt = w["apt"]
     print(f"  apt tasks: {apt['count']} ({apt['seconds']:.1f} s), {apt['update_cache']} of them refreshed the lists; "
-          f"apt's own transactions (history.log): converge {len(last['apt_own'])}, {sum(last['apt_own']):.0f} s; "
+          f"apt's own transactions (history.log): converge {len(last['apt_own'])}, {sum(last['apt_own']):.0f} s "
+          f"({' + '.join(f'{s:.0f}' for s in last['apt_own'])}); "
           f"floor {len(last['floor_apt_own'])}, {sum(last['floor_apt_own']):.0f} s")
     print("  slowest tasks:")
     for task, seconds in w["task"].most_common(10):

@@ -80,3 +80,27 @@ def test_refuses_what_is_not_a_package_or_package_version(tmp_path: Path, bad: s
     run = play(tmp_path, "bad", _install(["gzip", bad]), LOCAL, check=True)
     assert run.rc != 0 and run.status("install") == ["failed"]
     assert "not a package or package=version" in _res(run)["msg"]
+
+
+def _refresh(items: list[str], valid: int) -> list:
+    return [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "install", "gpu_provisioner.node.apt_install": {"name": items, "update_cache": True,
+                                                                 "cache_valid_time": valid}}]}]
+
+
+def test_the_lists_are_refreshed_only_when_older_than_cache_valid_time_and_a_refresh_alone_is_no_change(
+        installed, tmp_path: Path):
+    """Check mode only: a real `apt-get update` would change this controller's lists. The age
+    is apt's own (the lists folder's mtime), as ansible.builtin.apt reads it."""
+    name, version = installed
+    lists = Path("/var/lib/apt/lists")
+    if not lists.exists():
+        pytest.skip("no /var/lib/apt/lists here")
+    before = lists.stat().st_mtime
+    stale = play(tmp_path, "stale", _refresh([f"{name}={version}"], 0), LOCAL, check=True)
+    assert stale.rc == 0, stale.stdout[-2000:]
+    assert _res(stale)["cache_updated"] is True and _res(stale)["changed"] is False
+    fresh = play(tmp_path, "fresh", _refresh([f"{name}={version}"], 10 ** 9), LOCAL, check=True)
+    assert fresh.rc == 0, fresh.stdout[-2000:]
+    assert _res(fresh)["cache_updated"] is False and _res(fresh)["changed"] is False
+    assert lists.stat().st_mtime == before  # check mode refreshed nothing

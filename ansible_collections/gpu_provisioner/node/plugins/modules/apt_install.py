@@ -19,7 +19,12 @@ description:
     up marked as installed by hand, as ansible.builtin.apt leaves them). Check mode asks apt to
     simulate the transaction (C(apt-get install -s)), so it fails where the real run would,
     and reports what it would install; it changes nothing.
-  - It refreshes no apt lists; the roles refresh them where their sources change.
+  - With O(update_cache), it first refreshes apt's lists (C(apt-get update)) when they are older
+    than O(cache_valid_time) seconds, read as M(ansible.builtin.apt) reads their age (the mtime of
+    C(/var/lib/apt/periodic/update-success-stamp), else of C(/var/lib/apt/lists)), so a role run
+    alone on a fresh host finds its packages and a converge refreshes them once, not once per
+    role. A refresh alone is no change (a second run stays at changed=0); check mode refreshes
+    nothing, as M(ansible.builtin.apt) does not.
 options:
   name:
     description:
@@ -45,6 +50,14 @@ options:
     description: Seconds apt-get waits for dpkg's lock.
     type: int
     default: 60
+  update_cache:
+    description: Refresh apt's lists first when they are older than O(cache_valid_time).
+    type: bool
+    default: false
+  cache_valid_time:
+    description: Seconds apt's lists stay fresh for O(update_cache); 0 refreshes them every time.
+    type: int
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -61,6 +74,10 @@ changed_packages:
   type: list
   elements: str
   returned: always
+cache_updated:
+  description: Whether this run refreshed apt's lists.
+  type: bool
+  returned: always
 stdout:
   description: apt-get's output (its simulation's, in check mode).
   type: str
@@ -69,7 +86,9 @@ stdout:
 
 import fnmatch
 import functools
+import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -78,6 +97,24 @@ from ansible.module_utils.basic import AnsibleModule
 # catalogue can know): the newest version apt offers that matches, as ansible.builtin.apt
 # takes it (a Version pin at 1001 there).
 ITEM = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[0-9][A-Za-z0-9.+~:-]*\*?)?$")
+# How old apt's lists are, read as ansible.builtin.apt reads it (its get_cache_mtime()).
+UPDATE_STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
+
+
+def _lists_age() -> float:
+    """Seconds since apt's lists were refreshed (infinite when there is no trace of it)."""
+    for path in UPDATE_STAMPS:
+        if os.path.exists(path):
+            return time.time() - os.stat(path).st_mtime
+    return float("inf")
+
+
+def _update(module: AnsibleModule, lock_timeout: int) -> None:
+    """apt-get update; a failure stops the task with apt's own words."""
+    rc, out, err = module.run_command(["apt-get", "-q", "-o", f"DPkg::Lock::Timeout={lock_timeout}",
+                                       "-o", "Acquire::Retries=3", "update"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg=f"apt-get update failed (exit {rc}): {err.strip() or out.strip()[-2000:]}")
 
 
 def _installed(module: AnsibleModule, names: list[str]) -> dict[str, str]:
@@ -114,6 +151,8 @@ def main() -> None:
             "allow_downgrade": {"type": "bool", "default": False},
             "allow_change_held_packages": {"type": "bool", "default": False},
             "lock_timeout": {"type": "int", "default": 60},
+            "update_cache": {"type": "bool", "default": False},
+            "cache_valid_time": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -121,6 +160,9 @@ def main() -> None:
     bad = [item for item in p["name"] if not ITEM.match(item)]
     if bad:
         module.fail_json(msg=f"not a package or package=version: {', '.join(map(repr, bad))}")
+    cache_updated = bool(p["update_cache"]) and _lists_age() > p["cache_valid_time"]
+    if cache_updated and not module.check_mode:
+        _update(module, p["lock_timeout"])
     wanted = dict(item.partition("=")[::2] for item in p["name"])
     installed = _installed(module, list(wanted)) if wanted else {}
 
@@ -139,7 +181,7 @@ def main() -> None:
                                      f"(apt-cache madison {n}); is its repository configured and updated?")
             wanted[n] = newest
     todo = [f"{n}={v}" if v else n for n, v in wanted.items() if not satisfied(n, v)]
-    result = {"changed": bool(todo), "changed_packages": todo,
+    result = {"changed": bool(todo), "changed_packages": todo, "cache_updated": cache_updated,
               "diff": {"before": "".join(f"{n}={installed[n]}\n" for n in sorted(wanted) if n in installed),
                        "after": "".join(f"{n}={v or installed.get(n, '*')}\n" for n, v in sorted(wanted.items()))}}
     if todo:

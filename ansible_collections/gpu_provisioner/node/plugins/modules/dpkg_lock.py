@@ -12,6 +12,8 @@ description:
     them at once; repeats every second up to O(timeout) seconds.
   - Fails with the holder's pid and command line when the locks stay held, so a run never
     queues behind an unattended-upgrades or a stuck apt forever.
+  - Once the locks are free it asks C(dpkg --audit) (read-only, also in check mode) whether an
+    interrupted run left packages half-installed, so the caller needs no second module call.
 options:
   timeout:
     description: Seconds to wait; 0 only looks.
@@ -46,6 +48,9 @@ holder:
 waited:
   description: Seconds waited.
   type: float
+audit:
+  description: What C(dpkg --audit) printed (empty when dpkg's state is sound), when the locks were free.
+  type: str
 """
 
 import fcntl
@@ -103,7 +108,8 @@ def main() -> None:
         path = _held(paths)
         waited = round(time.monotonic() - start, 1)
         if path is None:
-            module.exit_json(changed=False, held=False, holder="", waited=waited)
+            _rc, audit, _err = module.run_command(["dpkg", "--audit"], environ_update={"LC_ALL": "C"})
+            module.exit_json(changed=False, held=False, holder="", waited=waited, audit=audit)
         if waited >= timeout:
             holder = _holder(path)
             if timeout == 0:
