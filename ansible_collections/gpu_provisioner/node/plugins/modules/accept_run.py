@@ -232,26 +232,34 @@ def xid_lines(timeout: int = 30) -> tuple[list[str] | None, str]:
     return None, why
 
 
-def burn_in(python: str, scripts: str, seconds: int, timeout: int, every: int, gpus: int, child: dict) -> dict:
-    """The sustained load, sampled before, during and after, with the Xid lines it added."""
-    before, why = xid_lines()
-    sampler = Sampler(gpus)
-    sampler.sample("before")
+def measure_job(python: str, scripts: str, args: list[str], timeout: float, child: dict, **bounds) -> dict:
+    """accept_measure.py run as the environment's owner within `timeout`, its figures read from
+    the file it writes as it goes (a job killed midway keeps what it had measured) into a
+    folder of its own that is removed afterwards."""
     folder = tempfile.mkdtemp(prefix="provisioner-accept-out.")
     try:
         if child.get("user") is not None:
             os.chown(folder, child["user"], child["group"])
-        path = os.path.join(folder, "burn_in.json")
-        job = bounded([python, os.path.join(scripts, "accept_measure.py"), path, "--burn-in", str(seconds)],
-                      seconds + timeout, tick=lambda: sampler.sample("load"), every=every, **child)
+        path = os.path.join(folder, "figures.json")
+        job = bounded([python, os.path.join(scripts, "accept_measure.py"), path, *args], timeout, **bounds, **child)
         job.pop("stdout")
-        try:  # written every few seconds: a job killed midway keeps what it measured
+        try:
             with open(path) as f:
                 job["data"] = json.load(f)
         except (OSError, ValueError):
             job["data"] = None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    return job
+
+
+def burn_in(python: str, scripts: str, seconds: int, timeout: int, every: int, gpus: int, child: dict) -> dict:
+    """The sustained load, sampled before, during and after, with the Xid lines it added."""
+    before, why = xid_lines()
+    sampler = Sampler(gpus)
+    sampler.sample("before")
+    job = measure_job(python, scripts, ["--burn-in", str(seconds)], seconds + timeout, child,
+                      tick=lambda: sampler.sample("load"), every=every)
     sampler.sample("after")
     after, why_after = xid_lines()
     if before is None or after is None:
@@ -316,23 +324,8 @@ def main():
         results = ddp_results.parse(job.pop("stdout"))
         out["allreduce"] = dict(job, results=results, nproc_per_node=ranks, gpus=gpus, interface="lo")
     if p["measure"]:
-        folder = tempfile.mkdtemp(prefix="provisioner-accept-out.")
-        try:
-            uid = child.get("user")
-            if uid is not None:
-                os.chown(folder, uid, child["group"])
-            path = os.path.join(folder, "measurements.json")
-            job = bounded([python, os.path.join(p["scripts_dir"], "accept_measure.py"), path, "--only",
-                           ",".join(p["measure"])], p["timeout"], **child)
-            job.pop("stdout")
-            try:  # written after every figure: a job killed midway keeps what it measured
-                with open(path) as f:
-                    job["data"] = json.load(f)
-            except (OSError, ValueError):
-                job["data"] = None
-            out["measure"] = dict(job, steps=p["measure"])
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        job = measure_job(python, p["scripts_dir"], ["--only", ",".join(p["measure"])], p["timeout"], child)
+        out["measure"] = dict(job, steps=p["measure"])
     if p["burn_in"] > 0:
         out["burn_in"] = burn_in(python, p["scripts_dir"], p["burn_in"], p["timeout"], max(1, p["sample_every"]),
                                  gpus, child)
