@@ -8,6 +8,7 @@ sampler ticking (a real process killed midway), and what the report carries."""
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -191,3 +192,23 @@ def test_the_burn_in_job_is_sampled_while_it_runs_and_killed_at_its_bound(tmp_pa
     sampler = mod.Sampler(0)
     sampler.sample("load")
     assert sampler.why == "not run: no GPU" and sampler.samples == []
+
+
+def test_a_measure_job_killed_at_its_bound_keeps_its_figures_and_leaves_no_folder(tmp_path: Path):
+    """accept_run.measure_job and burn_in around a real process: a stand-in for accept_measure.py
+    (hand-made: it writes a figure, then outlives its bound) run in a folder of its own."""
+    mod = load_module("accept_run")
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "accept_measure.py").write_text(
+        "import json, sys, time\n"
+        "json.dump({'argv': sys.argv[2:], 'tflops': [1.5]}, open(sys.argv[1], 'w'))\n"
+        "time.sleep(600)\n")
+    before = set(Path(tempfile.gettempdir()).glob("provisioner-accept-out.*"))
+    job = mod.measure_job(sys.executable, str(scripts), ["--only", "gemm"], 2, {})
+    assert job["timed_out"] and job["rc"] == 124
+    assert job["data"] == {"argv": ["--only", "gemm"], "tflops": [1.5]} and "stdout" not in job
+    ran = mod.burn_in(sys.executable, str(scripts), 1, 1, 1, 0, {})
+    assert ran["timed_out"] and ran["data"]["argv"] == ["--burn-in", "1"] and ran["burn_in_s"] == 1
+    assert ran["sampler"] == "not run: no GPU" and ran["samples"] == []
+    assert set(Path(tempfile.gettempdir()).glob("provisioner-accept-out.*")) == before
