@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -244,16 +244,28 @@ def load(path: Path) -> Inventory:
     kept = inventory_cache.get(path, key)
     if kept is not None:
         try:
-            return Inventory(source=Path(kept["source"]), hosts=kept["hosts"],
-                             groups={name: Group(**g) for name, g in kept["groups"].items()},
-                             dropped_secrets=kept["dropped_secrets"],
-                             origins={owner: {name: Path(where) for name, where in found.items()}
-                                      for owner, found in kept["origins"].items()})
+            return _from_fields(kept)
         except (KeyError, TypeError, AttributeError):
             pass  # an entry of another shape: parse again
     inv = _parse(path)
-    inventory_cache.put(path, key, inv)
+    inventory_cache.put(path, key, _to_fields(inv))
     return inv
+
+
+def _to_fields(inv: Inventory) -> dict[str, Any]:
+    """An Inventory as plain JSON values (its paths as text): what the cache keeps."""
+    return dict(asdict(inv), source=str(inv.source),
+                origins={owner: {name: str(where) for name, where in found.items()}
+                         for owner, found in inv.origins.items()})
+
+
+def _from_fields(fields: dict[str, Any]) -> Inventory:
+    """_to_fields read back."""
+    return Inventory(source=Path(fields["source"]), hosts=fields["hosts"],
+                     groups={name: Group(**g) for name, g in fields["groups"].items()},
+                     dropped_secrets=fields["dropped_secrets"],
+                     origins={owner: {name: Path(where) for name, where in found.items()}
+                              for owner, found in fields["origins"].items()})
 
 
 def _parse(path: Path) -> Inventory:

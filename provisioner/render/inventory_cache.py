@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
@@ -92,15 +91,11 @@ def get(inventory: Path, digest: str | None) -> dict | None:
     return entry.get("inventory")
 
 
-def put(inventory: Path, digest: str | None, parsed) -> None:
-    """Keep `parsed` (an Inventory) for `inventory` under `digest`: best effort, a cache that
-    cannot be written only costs a parse next time."""
+def put(inventory: Path, digest: str | None, fields: dict) -> None:
+    """Keep `fields` (an Inventory's, as plain JSON values) for `inventory` under `digest`: best
+    effort, a cache that cannot be written only costs a parse next time."""
     if digest is None:
         return
-    fields = asdict(parsed)
-    fields["source"] = str(parsed.source)
-    fields["origins"] = {owner: {name: str(where) for name, where in found.items()}
-                         for owner, found in parsed.origins.items()}
     path = _path(inventory)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
