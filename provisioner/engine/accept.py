@@ -28,6 +28,7 @@ from provisioner.judge import cost as cost_mod
 from provisioner.judge import ddp as ddp_judge
 from provisioner.judge.verify import probed_env  # the first PyTorch environment: the one accept_run uses
 from provisioner.profiles import skus
+from provisioner.profiles.models import BURN_IN_S
 from provisioner.reports import monitoring
 from provisioner.reports.report import HostReport, Report
 from provisioner.verdicts.checks import failed, passed, skipped
@@ -35,7 +36,6 @@ from provisioner.verdicts.checks import failed, passed, skipped
 LEVELS = ("quick", "standard", "burn-in")
 DIAG_LEVEL = {"quick": 1, "standard": 2, "burn-in": 3}
 MEASURE = {"quick": [], "standard": ["gemm", "copies"], "burn-in": ["gemm", "copies"]}
-BURN_IN_MAX_S = 86400  # profiles/models.BurnIn's bound, for --duration too
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,10 @@ class Request:
         if self.duration_s is not None and self.level != "burn-in":
             raise ProvisionError("--duration is the burn-in level's sustained load", where="--duration",
                                  fix="add --level burn-in, or drop --duration")
-        if self.duration_s is not None and not 10 <= self.duration_s <= BURN_IN_MAX_S:
+        low, high = BURN_IN_S
+        if self.duration_s is not None and not low <= self.duration_s <= high:
             raise ProvisionError(f"--duration {self.duration_s} is out of range", where="--duration",
-                                 fix=f"give seconds from 10 to {BURN_IN_MAX_S}")
+                                 fix=f"give seconds from {low} to {high}")
         if profile is not None and self.level == "burn-in" and self.burn_in_s(profile) is None:
             raise ProvisionError("--level burn-in needs a duration: set accept.burn_in.duration_s in the profile, "
                                  "or give --duration", where="accept.burn_in.duration_s",

@@ -443,11 +443,15 @@ class AcceptFloors(Strict):
                                            "GB/s; below it the slow node is searched for")
 
 
+# Seconds a burn-in's load may run: the profile's field and --duration alike (engine/accept).
+BURN_IN_S = (10, 86400)
+
+
 class BurnIn(Strict):
     """`provision accept --level burn-in`: how long the sustained load runs. No default: no
     NVIDIA or provider source we found gives one duration, so the profile (or --duration) says."""
     duration_s: int | None = Field(
-        None, ge=10, le=86400, description="seconds of sustained GEMM load per node at --level burn-in, with GPU "
+        None, ge=BURN_IN_S[0], le=BURN_IN_S[1], description="seconds of sustained GEMM load per node at --level burn-in, with GPU "
                                            "clocks, temperatures, throttle reasons and ECC sampled throughout and Xid "
                                            "events counted before and after (--duration wins); unset: burn-in is "
                                            "refused until one is given")
