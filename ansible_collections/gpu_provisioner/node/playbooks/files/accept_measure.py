@@ -111,6 +111,14 @@ def allreduce_one_rank(device: str) -> dict:
 STEPS = ("gemm", "copies", "allreduce", "workload")
 
 
+def header() -> dict:
+    """What every capture this script writes starts with: the device, the GPUs, the versions."""
+    gpu = torch.cuda.is_available()
+    return {"provision_accept": 1, "device": "gpu" if gpu else "cpu",
+            "gpu": torch.cuda.get_device_name(0) if gpu else "", "gpus": torch.cuda.device_count() if gpu else 0,
+            "measurements": {}, "torch": torch.__version__, "cuda": torch.version.cuda}
+
+
 def burn_in(path: str, seconds: float) -> int:
     gpu = torch.cuda.is_available()
     devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if gpu else ["cpu"]
@@ -119,10 +127,7 @@ def burn_in(path: str, seconds: float) -> int:
              for d in devices}
     label = {d: f"GPU {d.split(':')[1]}" if gpu else "cpu" for d in devices}
     done = dict.fromkeys(devices, 0)
-    out = {"provision_accept": 1, "device": "gpu" if gpu else "cpu",
-           "gpu": torch.cuda.get_device_name(0) if gpu else "", "gpus": len(devices) if gpu else 0,
-           "measurements": {}, "torch": torch.__version__, "cuda": torch.version.cuda,
-           "burn_in": {"device": "gpu" if gpu else "cpu", "seconds": 0.0, "tflops": {}, "iterations": {}}}
+    out = dict(header(), burn_in={"device": "gpu" if gpu else "cpu", "seconds": 0.0, "tflops": {}, "iterations": {}})
     start = last = time.perf_counter()
     while True:
         for d in devices:  # asynchronous launches: every GPU busy at once
@@ -149,9 +154,7 @@ def burn_in(path: str, seconds: float) -> int:
 def main(path: str, only: tuple[str, ...] = STEPS) -> int:
     gpu = torch.cuda.is_available()
     count = torch.cuda.device_count() if gpu else 0
-    out = {"provision_accept": 1, "device": "gpu" if gpu else "cpu",
-           "gpu": torch.cuda.get_device_name(0) if gpu else "", "gpus": count, "measurements": {},
-           "torch": torch.__version__, "cuda": torch.version.cuda}
+    out = header()
     m = out["measurements"]
 
     def put(measure: str, label: str, value: float) -> None:
