@@ -186,10 +186,10 @@ def test_the_probe_for_real_without_a_toolkit(tmp_path: Path):
     """gpu_probe with containers_runtime docker, through ansible-runner on this machine (no GPU,
     no NVIDIA Container Toolkit): verify names the toolkit absent, and passes nothing it could not see."""
     result = probe_here(tmp_path, "containers_runtime=docker timeout=20")
-    found = result["gpu_probe"]["containers"]
+    found = result["provisioner_verify"]["probe"]["containers"]
     assert found["runtime"] == "docker" and found["engine"]["argv"] == ["docker", "info"]
     assert found["toolkit"] == {"nvidia-ctk": "", "nvidia-container-cli": ""}
-    checks = {c.name: c for c in verify.judge(DOCKER, {"probe": result["gpu_probe"]})}
+    checks = {c.name: c for c in verify.judge(DOCKER, {"probe": result["provisioner_verify"]["probe"]})}
     assert checks["container toolkit"].status == "fail" and "absent" in checks["container toolkit"].detail
     assert checks["docker nvidia runtime"].status == "fail"
     assert checks["nvidia-container-cli"].status == "skip" and checks["CDI spec"].status == "skip"

@@ -158,7 +158,7 @@ def test_the_torch_probe_runs_as_the_environments_owner_and_ddp_refuses_root(sha
     _armed(python, marker)  # root starting it fires the .pth: the probe must not be root
     snippet = "import json, os; print(json.dumps({'uid': os.getuid(), 'home': os.environ.get('HOME')}))"
     result = ansible_module("gpu_probe", {"python": python, "torch_snippet": snippet})
-    torch = result["gpu_probe"]["commands"]["torch"]
+    torch = result["provisioner_verify"]["probe"]["commands"]["torch"]
     nobody = pwd.getpwnam("nobody")
     assert torch["rc"] == 0 and torch["owner"] == "nobody", torch
     assert json.loads(torch["stdout"].strip().splitlines()[-1]) == {"uid": nobody.pw_uid, "home": nobody.pw_dir}

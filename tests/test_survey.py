@@ -63,9 +63,9 @@ def test_the_one_call_reports_what_fact_gathering_did(tmp_path: Path):
         assert got["disk_free"][0].split() == ["Mounted", "on", "Avail"] and len(got["disk_free"]) == 5
         # Never converged: no record, and the survey says the long runs wait.
         assert results[name]["provisioner_state"]["recorded"] is False
-    assert results["survey"]["gpu_probe"]["in_recorded_state"] is False
+    assert results["survey"]["provisioner_verify"]["probe"]["in_recorded_state"] is False
     # Without preflight the probe is what verify always had: nothing more.
-    assert "provisioner_preflight" not in results["plain"] and "in_recorded_state" not in results["plain"]["gpu_probe"]
+    assert "provisioner_preflight" not in results["plain"] and "in_recorded_state" not in results["plain"]["provisioner_verify"]["probe"]
     # Judged alike: the checks preflight makes from the one call are those it made from facts.
     lab = profiles.load("debian12-lab").profile
     got = results["preflight"]["provisioner_preflight"]
@@ -86,8 +86,8 @@ def test_the_survey_runs_the_long_probes_only_on_a_host_in_its_recorded_state(tm
     ])
     assert json.loads(record.read_text())["profile"] == "lab"
     assert results["same"]["provisioner_state"]["recorded"] is True
-    assert results["same"]["gpu_probe"]["in_recorded_state"] is True
-    assert results["changed"]["gpu_probe"]["in_recorded_state"] is False
+    assert results["same"]["provisioner_verify"]["probe"]["in_recorded_state"] is True
+    assert results["changed"]["provisioner_verify"]["probe"]["in_recorded_state"] is False
 
 
 def test_up_starts_with_the_survey_and_preflight_is_one_task_plus_the_archive_for_distro_profiles():
@@ -108,4 +108,4 @@ def test_up_starts_with_the_survey_and_preflight_is_one_task_plus_the_archive_fo
         when = only["tasks"][-1]["when"]
         assert when.startswith("provisioner_distro_packages | default({}) | length > 0")
         if not module:   # up's survey: not on a host in its recorded state (it is not converged)
-            assert when.endswith("and not gpu_verify_probe.gpu_probe.in_recorded_state | default(false) | bool")
+            assert when.endswith("and not gpu_verify_probe.provisioner_verify.probe.in_recorded_state | default(false) | bool")

@@ -295,7 +295,7 @@ def test_the_probe_for_real_on_this_gpu_less_machine(tmp_path: Path):
     """gpu_probe run through ansible-runner against localhost (connection local): its result
     fed to judge() as is."""
     result = probe_here(tmp_path, f"python={sys.executable} torch_snippet='import json; print(json.dumps({{}}))'")
-    probe = result["gpu_probe"]
+    probe = result["provisioner_verify"]["probe"]
     assert probe["commands"]["nvidia_smi_xml"]["rc"] != 0  # no GPU here
     assert probe["commands"]["torch"]["ran"] is True and probe["gpus_seen"] == 0
     assert probe["kernels"]["running"] == os.uname().release  # kernels and DKMS, read in the same call

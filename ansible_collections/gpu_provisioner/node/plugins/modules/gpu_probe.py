@@ -1,8 +1,9 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 """Everything verification judges about one host, in one module call: nvidia-smi's XML,
-topo -m, nvlink -s, the loaded kernel module, the units, nvcc, the torch probe and the
-kernel log's NVIDIA lines since boot. Read-only; judges nothing (the controller does)."""
+topo -m, nvlink -s, the loaded kernel module, the units, nvcc, the torch probe, the
+kernel log's NVIDIA lines since boot and, with long_runs, nccl-tests, dcgmi diag and the
+exporter's scrape. Read-only; judges nothing (the controller does)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ description:
   - Runs each probe with a bounded time and returns its argv, rc, stdout, stderr, seconds
     and whether it timed out or was missing. Read-only; supports check mode (it runs the
     same read-only probes there).
-  - nccl-tests, dcgmi diag and the exporter scrape are not run here (they take long); the
-    role runs them as separate opt-in tasks, using C(nccl_binary), C(dcgmi) and C(gpus_seen).
+  - With C(long_runs), the same call also runs nccl-tests' all_reduce_perf and
+    C(dcgmi diag) (where installed and a GPU is seen) and fetches dcgm-exporter's
+    C(/metrics) (where the exporter is expected or its unit is active). So one module call
+    per host returns everything verify judges, as C(provisioner_verify), the record the
+    controller reads (no set_fact or debug per host, which cost a third of verify's time
+    at 100 hosts; bench/fleet.py).
 options:
   timeout:
     type: int
@@ -23,7 +28,9 @@ options:
   torch_timeout:
     type: int
     default: 300
-    description: Seconds the torch import may run (a cold import on a network filesystem is slow).
+    description: >-
+      Seconds the torch import, each framework probe, nccl-tests and dcgmi diag may each run
+      (a cold import on a network filesystem is slow; the long runs take minutes).
   python:
     type: str
     default: ""
@@ -110,6 +117,29 @@ options:
       With preflight, the packages whose installed version and hold to return as
       C(provisioner_packages) (the profile's packages: what `provision plan` compares with the
       versions it would install).
+  long_runs:
+    type: bool
+    default: false
+    description: >-
+      Also run the long probes: all_reduce_perf (the first of C(nccl_candidates)) with
+      C(nccl_args) and C(-g <GPUs seen>), C(dcgmi diag -r dcgm_diag_level) when the level is
+      above 0, each only where installed and a GPU is seen, and the exporter's scrape. With
+      preflight, only on a host in its recorded state (C(in_recorded_state)): a host about to
+      be converged runs them in verify, after its converge.
+  nccl_args:
+    type: list
+    elements: str
+    default: ["-b", "8", "-e", "1G", "-f", "2"]
+    description: all_reduce_perf's arguments before C(-g).
+  dcgm_diag_level:
+    type: int
+    default: 0
+    choices: [0, 1, 2, 3]
+    description: C(dcgmi diag -r) level; 0 runs no diagnostic.
+  metrics_max_chars:
+    type: int
+    default: 200000
+    description: The exporter's C(/metrics) body is cut to this many characters.
 """
 
 EXAMPLES = r"""
@@ -128,19 +158,37 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-gpu_probe:
+provisioner_verify:
   description: >-
-    commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
-    stderr, seconds, timed_out, missing; kernel_log also lines), framework_probes (per
-    framework_envs name: the same, plus ran, python, owner), module_version, units
-    (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
-    local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
-    name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
-    present, sysfs port values, ibstat), kernels (module_utils/kernels.py), scratch
-    (module_utils/scratch.py observe), containers (with containers_runtime: runtime, engine,
-    container_cli, cdi_specs, cdi_left_out, toolkit), seconds; with
-    preflight, also in_recorded_state.
+    The record the controller judges (provisioner/judge/verify.py); its shape is described
+    in roles/gpu_verify/README.md. An rc of -1 means "did not run".
   type: dict
+  contains:
+    probe:
+      description: >-
+        commands (nvidia_smi_xml, topo, nvlink, nvcc, torch, kernel_log: argv, rc, stdout,
+        stderr, seconds, timed_out, missing; kernel_log also lines), framework_probes (per
+        framework_envs name: the same, plus ran, python, owner), module_version, units
+        (fabric_manager, exporter: systemctl show properties), fabric_manager_version,
+        local_facts (the facts.d files), gpus_seen, nccl_binary, dcgmi, container (systemd's
+        name for it, "" on a machine), peermem_loaded, infiniband (with the infiniband option:
+        present, sysfs port values, ibstat), kernels (module_utils/kernels.py), scratch
+        (module_utils/scratch.py observe), containers (with containers_runtime: runtime, engine,
+        container_cli, cdi_specs, cdi_left_out, toolkit), long_runs (whether the long probes
+        ran), seconds; with preflight, also in_recorded_state.
+      type: dict
+    nccl_tests:
+      description: all_reduce_perf's run (ran, binary, rc, stdout).
+      type: dict
+    exporter:
+      description: >-
+        expected (the dcgm_exporter local fact), unit_state (ActiveState, or not-found), url,
+        rc (0 on HTTP 200, 1 otherwise, -1 when not fetched), status (the HTTP status, -1 when
+        nothing answered) and body (on HTTP 200, cut to metrics_max_chars).
+      type: dict
+    dcgmi_diag:
+      description: dcgmi diag's run (ran, rc, stdout).
+      type: dict
 provisioner_preflight:
   description: With preflight, what provisioner/judge/preflight.py judges (see preflight_probe).
   type: dict
@@ -166,6 +214,8 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpu_provisioner.node.plugins.module_utils import holders, kernels, mig_layout, scratch
@@ -320,6 +370,63 @@ def containers(runtime, timeout, limit, env):
             "toolkit": {tool: shutil.which(tool, path=env["PATH"]) or "" for tool in ("nvidia-ctk", "nvidia-container-cli")}}
 
 
+def truthy(value):
+    """A local fact's flag as Ansible's bool filter reads it (the roles write JSON booleans)."""
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def unit_state(props):
+    """A unit's ActiveState (active, inactive, failed, ...), or not-found where systemd has no such unit."""
+    return str(props.get("ActiveState") or "unknown") if props.get("LoadState") == "loaded" else "not-found"
+
+
+def exporter_url(fact):
+    """Where dcgm-exporter answers on this host, from the dcgm_exporter role's record (its
+    listen address and port): a wildcard address is fetched on the loopback."""
+    host = str(fact.get("listen_address") or "")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return "http://%s:%s/metrics" % ("[%s]" % host if ":" in host else host, fact.get("port") or 9400)
+
+
+def scrape(url, timeout, limit):
+    """The exporter's /metrics, fetched directly (this host's own service: never through a
+    proxy from the environment). rc 0 on HTTP 200, else 1; the body only on 200."""
+    out = {"rc": 1, "status": -1, "body": ""}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            out["status"] = response.status
+            if response.status == 200:
+                out["body"] = response.read(limit * 4).decode("utf-8", "replace")[:limit]
+    except urllib.error.HTTPError as exc:
+        out["status"] = exc.code
+    except (OSError, ValueError) as exc:  # refused, timed out (URLError is an OSError), a bad URL
+        out["error"] = str(exc)
+    out["rc"] = 0 if out["status"] == 200 else 1
+    return out
+
+
+def long_runs(p, probe, facts, env, run_them):
+    """nccl-tests, dcgmi diag and the exporter's scrape, in the record's shape (rc -1 where one
+    did not run). nccl-tests and the diagnostic need a GPU; the scrape runs where the exporter
+    is expected (its local fact) or its unit is active."""
+    gpus, limit, timeout = probe["gpus_seen"], p["max_output_chars"], p["torch_timeout"]
+    fact = facts.get("dcgm_exporter") if isinstance(facts.get("dcgm_exporter"), dict) else {}
+    nccl = {"ran": False, "binary": probe["nccl_binary"], "rc": -1, "stdout": ""}
+    exporter = {"expected": truthy(fact.get("enabled")), "unit_state": unit_state(probe["units"].get("exporter") or {}),
+                "url": exporter_url(fact), "rc": -1, "status": -1, "body": ""}
+    diag = {"ran": False, "rc": -1, "stdout": ""}
+    if run_them and probe["nccl_binary"] and gpus > 0:
+        r = run([probe["nccl_binary"]] + p["nccl_args"] + ["-g", str(gpus)], timeout, limit, env)
+        nccl.update(ran=True, rc=r["rc"], stdout=r["stdout"], stderr=r["stderr"])
+    if run_them and (exporter["expected"] or exporter["unit_state"] == "active"):
+        exporter.update(scrape(exporter["url"], 30, p["metrics_max_chars"]))
+    if run_them and probe["dcgmi"] and p["dcgm_diag_level"] > 0 and gpus > 0:
+        r = run(["dcgmi", "diag", "-r", str(p["dcgm_diag_level"])], timeout, limit, env)
+        diag.update(ran=True, rc=r["rc"], stdout=r["stdout"], stderr=r["stderr"])
+    return {"nccl_tests": nccl, "exporter": exporter, "dcgmi_diag": diag}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -341,6 +448,10 @@ def main():
             "expect_sha256": {"type": "str", "default": ""},
             "packages": {"type": "list", "elements": "str", "default": []},
             "containers_runtime": {"type": "str", "default": ""},
+            "long_runs": {"type": "bool", "default": False},
+            "nccl_args": {"type": "list", "elements": "str", "default": ["-b", "8", "-e", "1G", "-f", "2"]},
+            "dcgm_diag_level": {"type": "int", "default": 0, "choices": [0, 1, 2, 3]},
+            "metrics_max_chars": {"type": "int", "default": 200000},
         },
         supports_check_mode=True,
     )
@@ -427,8 +538,12 @@ def main():
         result["in_recorded_state"] = bool(
             state["recorded"] and not state["differences"] and not state["dpkg_audit"]
             and (state["profile"], state["profile_sha256"]) == (p["expect_profile"], p["expect_sha256"]))
+    # The survey runs the long probes only on a host that needs no converge; a host about to
+    # be converged runs them in verify, after.
+    result["long_runs"] = p["long_runs"] and (not p["preflight"] or result["in_recorded_state"])
+    record = dict(long_runs(p, result, facts, env, result["long_runs"]), probe=result)
     result["seconds"] = round(time.monotonic() - started, 3)
-    module.exit_json(changed=False, gpu_probe=result, **extra)
+    module.exit_json(changed=False, provisioner_verify=record, **extra)
 
 
 if __name__ == "__main__":
