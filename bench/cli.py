@@ -15,7 +15,6 @@ commands from there too, interleaved with ours, and prints both medians side by 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import subprocess
@@ -25,6 +24,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# bench/ is on sys.path (run as `python bench/cli.py`).
+from noop import bytecode_env  # noqa: E402
 PROVISION = [sys.executable, "-m", "provisioner.cli"]
 
 
@@ -69,19 +70,16 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout to measure, interleaved (the 'before')")
     args = parser.parse_args()
     repos = {"": REPO, **({"before": args.against.resolve()} if args.against else {})}
-    # Bytecode as an installed package has it (compiled once, into a folder of our own so the
-    # checkout stays clean), whatever PYTHONDONTWRITEBYTECODE the shell has; the first round,
-    # which compiles, is not counted.
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PROVISION_PACKAGE_INDEX="snapshot")
+    # Each checkout with its own bytecode (noop.bytecode_env); the first round, which compiles,
+    # is not counted.
+    envs = {tag: bytecode_env(PROVISION_PACKAGE_INDEX="snapshot") for tag in repos}
     out = tempfile.mkdtemp()
     todo = {tag: cases(repo, out) for tag, repo in repos.items()}
-    prefixes = {tag: tempfile.mkdtemp() for tag in repos}
     results = {tag: {name: [] for name in todo[tag]} for tag in repos}
     for round_ in range(args.runs + 1):
         for name in todo[""]:
             for tag, repo in repos.items():
-                elapsed = run_once(todo[tag][name], repo, {**env, "PYTHONPYCACHEPREFIX": prefixes[tag]})
+                elapsed = run_once(todo[tag][name], repo, envs[tag])
                 if round_:
                     results[tag][name].append(elapsed)
     def median(tag: str, name: str, which: int) -> float:

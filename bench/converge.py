@@ -3,7 +3,7 @@ install` of exactly the packages that converge installed, plus the `pip install`
 same Python packages from the same wheels, on the same fresh lab host image, in the same
 run (the machine is noisy: read the ratio, not the seconds).
 
-    .venv/bin/python bench/converge.py [--profiles lab-driver-only,debian12-lab] [--runs 1]
+    .venv/bin/python bench/converge.py [--profiles lab-driver-only,debian12-lab] [--runs 1] [--warm-up]
 
 For each profile and run: two fresh lab hosts from the lab's base image, both behind the
 lab's shared apt cache (apt-cacher-ng).
@@ -17,6 +17,12 @@ lab's shared apt cache (apt-cacher-ng).
   Install lines, exact versions), and for each Python environment the converge built: the
   wheelhouse copied to the host, a venv, and one `pip install --no-deps` of its `pip
   freeze` with the same find-links.
+
+The converge runs first, so it may pay a colder apt cache than the floor after it (a
+toolkit's 1.6 GB came at 61 MB/s into the converge, at 160 MB/s into the floor): with
+--warm-up a first, untimed round per profile fills the lab's cache for both sides, and the
+figures come from the rounds after it. Each side's download time, as apt printed it
+("Fetched N MB in S s"), is shown beside its wall time.
 
 Prints per profile: both wall times and their ratio, what each host received (its eth0's
 rx bytes: the apt lists, the .debs, the wheels and PyPI downloads, SSH), and where the
@@ -60,7 +66,16 @@ CONTROLLER_ACTIONS = {"ansible.builtin." + a for a in (
     "set_fact", "assert", "debug", "fail", "include_tasks", "import_tasks", "include_role", "import_role",
     "include_vars", "validate_argument_spec", "meta", "add_host", "group_by")}
 APT_ACTIONS = {"ansible.builtin.apt", "gpu_provisioner.node.apt_install"}
+# apt-get's own account of its downloads: "Fetched 1628 MB in 27s (60.9 MB/s)", "in 1min 5s".
+FETCHED = re.compile(r"Fetched [0-9.,]+ [kMG]?B in ((?:\d+h )?(?:\d+min )?\d+s)")
+UNIT_S = {"h": 3600, "min": 60, "s": 1}
 HISTORY_ITEM = re.compile(r"([a-z0-9][a-z0-9+.-]*):[a-z0-9]+ \(([^,)]+)(?:, automatic)?\)")
+
+
+def fetch_seconds(text: str) -> float:
+    """Seconds apt-get said its downloads took, summed over its runs in `text`."""
+    return float(sum(int(n) * UNIT_S[unit] for span in FETCHED.findall(text)
+                     for n, unit in re.findall(r"(\d+)(h|min|s)", span)))
 
 
 def sh(host: str, script: str, *, check: bool = True) -> str:
@@ -104,8 +119,9 @@ def venvs(host: str) -> dict[str, list[str]]:
             for p in found}
 
 
-def floor(host: str, source_host: str, packages: dict[str, str], envs: dict[str, list[str]]) -> dict[str, float]:
-    """The bare installation on `host`; seconds per step."""
+def floor(host: str, source_host: str, packages: dict[str, str],
+          envs: dict[str, list[str]]) -> tuple[dict[str, float], float]:
+    """The bare installation on `host`: seconds per step, and apt's download seconds."""
     # The same apt sources (the archive's components the converge enabled, any repository
     # it added) and keyrings, untimed; no pins or holds: the floor installs exact versions.
     tar = subprocess.run(["podman", "exec", source_host, "tar", "-C", "/", "-cf", "-", "--ignore-failed-read",
@@ -113,10 +129,11 @@ def floor(host: str, source_host: str, packages: dict[str, str], envs: dict[str,
                           "usr/share/keyrings"], capture_output=True, check=True).stdout
     subprocess.run(["podman", "exec", "-i", host, "tar", "-C", "/", "-xf", "-"], input=tar, check=True)
     steps: dict[str, float] = {}
+    fetched = []
 
     def step(name: str, script: str) -> None:
         start = time.perf_counter()
-        sh(host, script)
+        fetched.append(sh(host, script))
         steps[name] = time.perf_counter() - start
 
     step("apt-get update", "apt-get update -q")
@@ -133,7 +150,7 @@ def floor(host: str, source_host: str, packages: dict[str, str], envs: dict[str,
         step(f"venv + pip install ({len(freeze)} packages)",
              f"python3 -m venv {prefix} && {prefix}/bin/python -m pip install -q --no-deps "
              f"--find-links {FIND_LINKS} " + " ".join(shlex.quote(r) for r in freeze))
-    return steps
+    return steps, fetch_seconds("\n".join(fetched))
 
 
 def events(run_dir: Path) -> list[tuple[str, dict]]:
@@ -146,7 +163,7 @@ def events(run_dir: Path) -> list[tuple[str, dict]]:
 def where_it_goes(run_dir: Path) -> dict:
     """Task seconds per playbook, per role and per task; the apt transactions."""
     per_play, per_role, per_task = collections.Counter(), collections.Counter(), collections.Counter()
-    apt = {"count": 0, "seconds": 0.0, "update_cache": 0}
+    apt = {"count": 0, "seconds": 0.0, "update_cache": 0, "fetch": 0.0}
     remote = collections.Counter()   # module calls on the host per playbook (a loop's items each)
     starts = {}
     for playbook, e in sorted(events(run_dir), key=lambda pe: (pe[0], pe[1]["counter"])):
@@ -167,6 +184,7 @@ def where_it_goes(run_dir: Path) -> dict:
                 apt["count"] += 1
                 apt["seconds"] += seconds
                 apt["update_cache"] += bool(d.get("res", {}).get("cache_updated"))
+                apt["fetch"] += fetch_seconds(str(d.get("res", {}).get("stdout", "")))
     return {"play": per_play, "role": per_role, "task": per_task, "apt": apt, "remote": remote}
 
 
@@ -189,27 +207,32 @@ def bench_once(name: str, profile: Path, run: int) -> dict:
         rx_a = rx_bytes(a) - rx_a
         (packages, apt_own), envs = apt_history(a), venvs(a)
         rx_b = rx_bytes(b)
-        steps = floor(b, a, packages, envs)
+        steps, floor_fetch = floor(b, a, packages, envs)
         rx_b = rx_bytes(b) - rx_b
         floor_apt_own = apt_history(b)[1]
         print(f"  {sum(steps.values()):7.1f} s  floor: {len(packages)} packages, {len(envs)} venv(s)",
               file=sys.stderr, flush=True)
         run_dir = sorted(runs_dir.glob("*-up-*"))[-1]
         return {"up": up_s, "floor": steps, "rx_up": rx_a, "rx_floor": rx_b, "packages": len(packages),
-                "apt_own": apt_own, "floor_apt_own": floor_apt_own,
+                "apt_own": apt_own, "floor_apt_own": floor_apt_own, "floor_fetch": floor_fetch,
                 "where": where_it_goes(run_dir), "run_dir": str(run_dir)}
     finally:
         for p, w in workdirs.items():
             lab.down(p, w, stop_cache=False)
 
 
-def report(name: str, results: list[dict]) -> None:
+def report(name: str, results: list[dict], warm_up: dict | None) -> None:
     up = statistics.median(r["up"] for r in results)
     fl = statistics.median(sum(r["floor"].values()) for r in results)
     last = results[-1]
     print(f"\n== {name} ({len(results)} run(s); {last['packages']} packages)")
-    print(f"  provision up (fresh host)        {up:8.1f} s   received {last['rx_up'] / MB:8.1f} MB")
-    print(f"  floor (apt-get + pip, bare)      {fl:8.1f} s   received {last['rx_floor'] / MB:8.1f} MB")
+    if warm_up:
+        print(f"  warm-up round, not counted: provision up {warm_up['up']:.1f} s, "
+              f"floor {sum(warm_up['floor'].values()):.1f} s")
+    print(f"  provision up (fresh host)        {up:8.1f} s   received {last['rx_up'] / MB:8.1f} MB"
+          f"   apt downloads {last['where']['apt']['fetch']:5.0f} s")
+    print(f"  floor (apt-get + pip, bare)      {fl:8.1f} s   received {last['rx_floor'] / MB:8.1f} MB"
+          f"   apt downloads {last['floor_fetch']:5.0f} s")
     print(f"  ratio converge / floor           {up / fl:8.2f}x  (goal <= 1.3x)")
     for step, seconds in last["floor"].items():
         print(f"    floor: {seconds:7.1f} s  {step}")
@@ -237,15 +260,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profiles", default=",".join(PROFILES), help=f"comma-separated, of {', '.join(PROFILES)}")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--warm-up", action="store_true",
+                        help="one untimed round per profile first, so both sides meet a warm apt cache")
     args = parser.parse_args()
     podman.preflight()
     names = args.profiles.split(",")
+    warm = {n: bench_once(n, PROFILES[n], 0) if args.warm_up else None for n in names}
     results = {n: [] for n in names}
     for run in range(1, args.runs + 1):
         for n in names:
             results[n].append(bench_once(n, PROFILES[n], run))
     for n in names:
-        report(n, results[n])
+        report(n, results[n], warm[n])
 
 
 if __name__ == "__main__":

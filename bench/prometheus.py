@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import socket
 import statistics
@@ -35,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from noop import bytecode_env  # noqa: E402 - bench/ is on sys.path (run as `python bench/prometheus.py`)
+
 from provisioner import lab  # noqa: E402
 from provisioner.engine import commands  # noqa: E402
 from provisioner.lab import converged  # noqa: E402
@@ -47,10 +48,7 @@ PROVISION = [sys.executable, "-m", "provisioner.cli"]
 WAIT_S = 300
 
 
-# Bytecode as an installed package has it (pip compiles on install), in a folder of our own so
-# the checkout stays clean, whatever PYTHONDONTWRITEBYTECODE the shell has (as bench/cli.py).
-ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-prom-pyc-")
+ENV = bytecode_env()
 
 
 CPU: dict[str, list[float]] = {}  # per command kind: user + system seconds of the CLI process
