@@ -21,8 +21,8 @@ import argparse
 import collections
 import datetime as dt
 import json
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
